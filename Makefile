@@ -1,0 +1,30 @@
+# The two commands a newcomer needs are `make run` and `make test`; both set themselves up.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test lint run clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: setup lint
+	$(BIN)/python -m pytest
+
+run: setup
+	$(BIN)/ome-sim apiserver --kubeconfig .ome/kubeconfig
+
+clean:
+	rm -rf $(VENV) .ome .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,8 @@
+"""Thin entry point: ``python cmd/ome_sim.py`` is the ``ome-sim`` console script."""
+
+import sys
+
+from ome.sim.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The Kubernetes runtime layer: knows nothing of TPUs."""

@@ -1,0 +1,138 @@
+"""Request accounting and fault injection for benchmarks and fault tests.
+
+Both are mutated from test threads and read on the server's loop, so each holds a lock.
+Faults are deterministic: a rule fires for the next ``times`` matching requests (or for every
+one while it is installed), never at random, so fault tests do not flake.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+JSON = dict[str, Any]
+
+FAULT_CODES = (410, 429, 500, 503, 504)
+
+
+@dataclass(frozen=True)
+class RequestKey:
+    verb: str  # get, list, watch, create, update, patch, delete, deletecollection
+    resource: str  # plural, with "/subresource" when there is one; a path for non-resources
+    user_agent: str
+
+
+class Accounting:
+    """Counts requests by verb, resource and user agent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[RequestKey] = Counter()
+
+    def record(self, verb: str, resource: str, user_agent: str) -> None:
+        with self._lock:
+            self._counts[RequestKey(verb, resource, user_agent)] += 1
+
+    def snapshot(self) -> list[JSON]:
+        with self._lock:
+            items = sorted(
+                self._counts.items(), key=lambda kv: (kv[0].verb, kv[0].resource, kv[0].user_agent)
+            )
+        return [
+            {"verb": k.verb, "resource": k.resource, "userAgent": k.user_agent, "count": n}
+            for k, n in items
+        ]
+
+    def total(
+        self, verb: str | None = None, resource: str | None = None, user_agent: str | None = None
+    ) -> int:
+        """Requests matching every given part; ``user_agent`` matches as a prefix."""
+        with self._lock:
+            return sum(
+                n
+                for k, n in self._counts.items()
+                if (verb is None or k.verb == verb)
+                and (resource is None or k.resource == resource)
+                and (user_agent is None or k.user_agent.startswith(user_agent))
+            )
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+
+
+@dataclass
+class Fault:
+    """One injected misbehaviour. Empty match fields match everything.
+
+    ``code`` is one of 410, 429 (with ``Retry-After: retry_after``), 500, 503, 504, or 0 for
+    latency only. A watch hit by a 410 fault gets the ERROR event a compacted watch gets.
+    """
+
+    verb: str = ""
+    resource: str = ""
+    namespace: str = ""
+    name: str = ""
+    user_agent: str = ""
+    code: int = 0
+    retry_after: int = 1
+    latency: float = 0.0
+    times: int | None = 1
+
+    def matches(self, verb: str, resource: str, namespace: str, name: str, agent: str) -> bool:
+        return (
+            (not self.verb or self.verb == verb)
+            and (not self.resource or self.resource == resource)
+            and (not self.namespace or self.namespace == namespace)
+            and (not self.name or self.name == name)
+            and (not self.user_agent or agent.startswith(self.user_agent))
+        )
+
+    @staticmethod
+    def from_json(body: Any) -> Fault:
+        """Parse a rule sent to ``POST /_sim/faults``; ValueError names what is wrong."""
+        if not isinstance(body, dict):
+            raise ValueError("a fault is a JSON object")
+        known = {f for f in Fault.__dataclass_fields__}
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise ValueError(f"unknown fault fields: {', '.join(unknown)}")
+        fault = Fault(**body)
+        if fault.code and fault.code not in FAULT_CODES:
+            raise ValueError(f"code must be one of {FAULT_CODES} or 0, not {fault.code}")
+        if fault.latency < 0 or (fault.times is not None and fault.times < 1):
+            raise ValueError("latency must be >= 0 and times >= 1 (or null for always)")
+        return fault
+
+
+class Faults:
+    """The installed fault rules; the first matching rule fires and uses up one of its times."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rules: list[Fault] = []
+
+    def add(self, fault: Fault) -> None:
+        with self._lock:
+            self._rules.append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    def rules(self) -> list[JSON]:
+        with self._lock:
+            return [asdict(f) for f in self._rules]
+
+    def take(self, verb: str, resource: str, namespace: str, name: str, agent: str) -> Fault | None:
+        with self._lock:
+            for fault in self._rules:
+                if fault.matches(verb, resource, namespace, name, agent):
+                    if fault.times is not None:
+                        fault.times -= 1
+                        if fault.times == 0:
+                            self._rules.remove(fault)
+                    return fault
+        return None

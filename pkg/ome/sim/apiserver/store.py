@@ -1,0 +1,171 @@
+"""The in-memory object store: objects, the global resourceVersion, watch history and watchers.
+
+Everything here runs on the server's event loop thread, so a write is atomic with respect to
+every other request. It knows nothing of HTTP, admission or validation: callers decide what a
+write is, the store records it, stamps it with the next resourceVersion and tells watchers.
+
+Invariants:
+- ``rv`` is one counter for all types; every committed write (create, update, delete)
+  takes the next value, and the watch event of that write carries it.
+- ``history`` holds the last ``history_size`` events in resourceVersion order. A watch from
+  a resourceVersion ``R`` can be served only when ``R >= compacted_rv``: every event after
+  ``R`` is still in the history. Older ones get 410 Gone.
+- Stored objects are never handed out: readers get deep copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+TypeKey = tuple[str, str]  # (group, plural)
+ObjKey = tuple[str, str]  # (namespace, name); namespace "" when cluster-scoped
+
+
+@dataclass(frozen=True)
+class Change:
+    """One committed write, as watchers and the history see it."""
+
+    rv: int
+    type: str  # ADDED | MODIFIED | DELETED
+    tkey: TypeKey
+    obj: JSON  # the new object; for DELETED, the last state
+    old: JSON | None  # the previous object, for MODIFIED and DELETED
+
+
+@dataclass(eq=False)
+class Watcher:
+    """A subscriber for one type. ``accept`` turns a change into the events to send."""
+
+    tkey: TypeKey
+    queue: asyncio.Queue[Change | None] = field(default_factory=asyncio.Queue)
+    closed: bool = False
+
+    def close(self) -> None:
+        """End the stream: the handler sees ``None`` and finishes the response."""
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(None)
+
+
+class Store:
+    """Objects by type and key, with the global resourceVersion and the watch history."""
+
+    def __init__(self, history_size: int = 10_000) -> None:
+        self.rv = 1
+        self.compacted_rv = 1
+        self.history: deque[Change] = deque()
+        self.history_size = history_size
+        self._objects: dict[TypeKey, dict[ObjKey, JSON]] = {}
+        self._by_uid: dict[str, tuple[TypeKey, ObjKey]] = {}
+        self._watchers: set[Watcher] = set()
+        #: Called after every committed change (the garbage collector listens here).
+        self.listeners: list[Callable[[Change], None]] = []
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, tkey: TypeKey, okey: ObjKey) -> JSON | None:
+        obj = self._objects.get(tkey, {}).get(okey)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def peek(self, tkey: TypeKey, okey: ObjKey) -> JSON | None:
+        """The stored object itself, for read-only checks on the loop thread. Never mutate."""
+        return self._objects.get(tkey, {}).get(okey)
+
+    def items(self, tkey: TypeKey, namespace: str | None = None) -> Iterator[JSON]:
+        """Stored objects of a type (not copies), sorted by namespace and name."""
+        objs = self._objects.get(tkey, {})
+        for okey in sorted(objs):
+            if namespace is None or okey[0] == namespace:
+                yield objs[okey]
+
+    def count(self, tkey: TypeKey, namespace: str | None = None) -> int:
+        objs = self._objects.get(tkey, {})
+        if namespace is None:
+            return len(objs)
+        return sum(1 for ns, _ in objs if ns == namespace)
+
+    def by_uid(self, uid: str) -> tuple[TypeKey, ObjKey] | None:
+        return self._by_uid.get(uid)
+
+    def all_objects(self) -> Iterator[tuple[TypeKey, JSON]]:
+        for tkey, objs in self._objects.items():
+            for obj in objs.values():
+                yield tkey, obj
+
+    # -- writes --------------------------------------------------------------------------
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def put(self, tkey: TypeKey, okey: ObjKey, obj: JSON) -> JSON:
+        """Create or replace; stamps the resourceVersion. Returns a copy of what is stored."""
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = self._next_rv()
+        objs = self._objects.setdefault(tkey, {})
+        old = objs.get(okey)
+        objs[okey] = stored
+        uid = stored["metadata"].get("uid")
+        if uid:
+            self._by_uid[uid] = (tkey, okey)
+        self._record(Change(self.rv, "MODIFIED" if old else "ADDED", tkey, stored, old))
+        return copy.deepcopy(stored)
+
+    def remove(self, tkey: TypeKey, okey: ObjKey) -> JSON | None:
+        """Delete; the DELETED event carries a new resourceVersion, as etcd's does."""
+        objs = self._objects.get(tkey, {})
+        old = objs.pop(okey, None)
+        if old is None:
+            return None
+        final = copy.deepcopy(old)
+        final["metadata"]["resourceVersion"] = self._next_rv()
+        self._by_uid.pop(old["metadata"].get("uid", ""), None)
+        self._record(Change(self.rv, "DELETED", tkey, final, old))
+        return copy.deepcopy(final)
+
+    def drop_type(self, tkey: TypeKey) -> None:
+        """Forget a type whose objects are all gone (a deleted CRD)."""
+        if not self._objects.get(tkey):
+            self._objects.pop(tkey, None)
+
+    def _record(self, change: Change) -> None:
+        self.history.append(change)
+        while len(self.history) > self.history_size:
+            dropped = self.history.popleft()
+            self.compacted_rv = dropped.rv
+        for w in list(self._watchers):
+            if w.tkey == change.tkey and not w.closed:
+                w.queue.put_nowait(change)
+        for listener in self.listeners:
+            listener(change)
+
+    # -- watch ---------------------------------------------------------------------------
+
+    def compact(self) -> None:
+        """Forget the whole history: any watch from an older resourceVersion gets 410."""
+        self.history.clear()
+        self.compacted_rv = self.rv
+
+    def too_old(self, rv: int) -> bool:
+        return rv < self.compacted_rv
+
+    def replay(self, tkey: TypeKey, since: int) -> list[Change]:
+        """Changes of a type after ``since``; the caller has checked ``too_old``."""
+        return [c for c in self.history if c.rv > since and c.tkey == tkey]
+
+    def subscribe(self, tkey: TypeKey) -> Watcher:
+        w = Watcher(tkey)
+        self._watchers.add(w)
+        return w
+
+    def unsubscribe(self, w: Watcher) -> None:
+        self._watchers.discard(w)
+
+    def watchers(self, tkey: TypeKey | None = None) -> list[Watcher]:
+        return [w for w in self._watchers if tkey is None or w.tkey == tkey]
