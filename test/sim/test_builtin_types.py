@@ -15,8 +15,12 @@ def test_leases_and_controller_revisions(cluster: Cluster) -> None:
     leases = client.CoordinationV1Api(cluster.api)
     lease = leases.create_namespaced_lease(
         "kube-node-lease",
-        {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-a"},
-         "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40}},
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "node-a"},
+            "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40},
+        },
     )
     lease.spec.renew_time = "2026-11-30T00:00:00.000000Z"
     renewed = leases.replace_namespaced_lease("node-a", "kube-node-lease", lease)
@@ -24,18 +28,29 @@ def test_leases_and_controller_revisions(cluster: Cluster) -> None:
     apps = client.AppsV1Api(cluster.api)
     apps.create_namespaced_controller_revision(
         "default",
-        {"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": "r-1"},
-         "revision": 1, "data": {"spec": {"x": 1}}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ControllerRevision",
+            "metadata": {"name": "r-1"},
+            "revision": 1,
+            "data": {"spec": {"x": 1}},
+        },
     )
     assert [r.revision for r in apps.list_namespaced_controller_revision("default").items] == [1]
 
 
 def test_node_status_is_written_through_its_subresource(cluster: Cluster) -> None:
     core = cluster.core()
-    cluster.request("POST", "/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
-        "status": {"capacity": {"google.com/tpu": "4"}},
-    })
+    cluster.request(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n1"},
+            "status": {"capacity": {"google.com/tpu": "4"}},
+        },
+    )
     node = core.read_node("n1")
     assert node.status.capacity == {"google.com/tpu": "4"}, "a node registers with its status"
     core.patch_node_status("n1", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
@@ -49,12 +64,23 @@ def test_node_status_is_written_through_its_subresource(cluster: Cluster) -> Non
 
 def test_events_by_involved_object_and_reason(cluster: Cluster) -> None:
     core = cluster.core()
-    for name, reason, obj in (("e1", "SliceLost", "a"), ("e2", "SliceLost", "b"), ("e3", "Other", "a")):
-        core.create_namespaced_event("default", {
-            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
-            "involvedObject": {"kind": "Widget", "name": obj, "namespace": "default"},
-            "reason": reason, "message": "m", "type": "Warning",
-        })
+    for name, reason, obj in (
+        ("e1", "SliceLost", "a"),
+        ("e2", "SliceLost", "b"),
+        ("e3", "Other", "a"),
+    ):
+        core.create_namespaced_event(
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name},
+                "involvedObject": {"kind": "Widget", "name": obj, "namespace": "default"},
+                "reason": reason,
+                "message": "m",
+                "type": "Warning",
+            },
+        )
     by_reason = core.list_namespaced_event("default", field_selector="reason=SliceLost")
     assert sorted(e.metadata.name for e in by_reason.items) == ["e1", "e2"]
     both = core.list_namespaced_event(
@@ -82,16 +108,30 @@ def test_kubectl_label_annotate_and_patch(cluster: Cluster, kubectl: Kubectl) ->
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
     kubectl("apply", "-f", "-", input=json.dumps(widget("w")))
     kubectl("patch", "widget", "w", "--type=merge", "-p", '{"spec":{"size":"large"}}')
-    kubectl("patch", "widget", "w", "--type=json", "-p", '[{"op":"replace","path":"/spec/replicas","value":4}]')
-    spec = cluster.custom().get_namespaced_custom_object("example.com", "v1", "default", "widgets", "w")["spec"]
+    kubectl(
+        "patch",
+        "widget",
+        "w",
+        "--type=json",
+        "-p",
+        '[{"op":"replace","path":"/spec/replicas","value":4}]',
+    )
+    spec = cluster.custom().get_namespaced_custom_object(
+        "example.com", "v1", "default", "widgets", "w"
+    )["spec"]
     assert spec == {"size": "large", "replicas": 4}
     out = kubectl("patch", "widget", "w", "-p", '{"spec":{"size":"small"}}', check=False)
     assert out.returncode != 0, "strategic merge patch is refused for custom resources"
     kubectl("label", "widget", "w", "team=a")
-    assert kubectl("get", "widgets", "-l", "team=a", "-o", "name").stdout.strip() == "widget.example.com/w"
+    assert (
+        kubectl("get", "widgets", "-l", "team=a", "-o", "name").stdout.strip()
+        == "widget.example.com/w"
+    )
 
 
-def test_kubectl_create_configmap_and_secret_through_protobuf(cluster: Cluster, kubectl: Kubectl) -> None:
+def test_kubectl_create_configmap_and_secret_through_protobuf(
+    cluster: Cluster, kubectl: Kubectl
+) -> None:
     kubectl("create", "configmap", "cfg", "--from-literal=a=1", "--from-literal=b=2")
     kubectl("create", "secret", "generic", "sec", "--from-literal=token=abc")
     assert cluster.core().read_namespaced_config_map("cfg", "default").data == {"a": "1", "b": "2"}

@@ -347,3 +347,16 @@ def test_future_resource_version_is_504_too_large(cluster: Cluster) -> None:
     )
     assert status == 504 and body["reason"] == "Timeout"
     assert "Too large resource version" in body["message"]
+
+
+def test_pod_qos_class_follows_cpu_and_memory(cluster: Cluster) -> None:
+    core = cluster.core()
+
+    def qos(name: str, resources: dict) -> str:
+        body = pod(name)
+        body["spec"]["containers"][0]["resources"] = resources
+        return str(core.create_namespaced_pod("default", body).status.qos_class)
+
+    assert qos("tpu-only", {"limits": {"google.com/tpu": "4"}}) == "BestEffort"
+    assert qos("burst", {"requests": {"cpu": "1"}}) == "Burstable"
+    assert qos("exact", {"limits": {"cpu": "1", "memory": "1Gi"}}) == "Guaranteed"

@@ -228,20 +228,19 @@ def _default_pod(pod: JSON) -> None:
 
 
 def _qos_class(spec: JSON) -> str:
-    requests_seen = limits_all = False
+    """kube's QoS class, which looks at cpu and memory only (requests default to limits)."""
+    any_set = False
     guaranteed = True
     for c in spec.get("containers") or []:
-        res = c.get("resources") or {} if isinstance(c, dict) else {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        if req or lim:
-            requests_seen = True
-        for r in ("cpu", "memory"):
-            if r not in lim or (r in req and req[r] != lim[r]):
-                guaranteed = False
-        limits_all = limits_all or bool(lim)
-    if not requests_seen:
+        res = (c.get("resources") or {}) if isinstance(c, dict) else {}
+        lim = {k: v for k, v in (res.get("limits") or {}).items() if k in ("cpu", "memory")}
+        req = {k: v for k, v in (res.get("requests") or {}).items() if k in ("cpu", "memory")}
+        any_set = any_set or bool(lim) or bool(req)
+        if set(lim) != {"cpu", "memory"} or any(req.get(k, lim[k]) != lim[k] for k in lim):
+            guaranteed = False
+    if not any_set:
         return "BestEffort"
-    return "Guaranteed" if guaranteed and limits_all else "Burstable"
+    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def fold_string_data(secret: JSON) -> None:
