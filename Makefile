@@ -24,7 +24,7 @@ test: setup lint
 	$(BIN)/python -m pytest
 
 run: setup
-	$(BIN)/ome-sim apiserver --kubeconfig .ome/kubeconfig
+	$(BIN)/ome-sim up --kubeconfig .ome/kubeconfig
 
 clean:
 	rm -rf $(VENV) .ome .pytest_cache .mypy_cache .ruff_cache

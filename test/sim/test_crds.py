@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from test.conftest import Cluster, Kubectl
+from test.helpers import eventually, gone
 from test.sim.manifests import GADGET_CRD, WIDGET_CRD, widget
-from test.sim.test_lifecycle import eventually, gone
 
 
 def test_namespaced_and_cluster_scoped_crds_are_served_right_after_creation(

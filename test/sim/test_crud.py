@@ -7,7 +7,7 @@ import json
 
 import pytest
 from kubernetes.client import V1DeleteOptions, V1Preconditions
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from test.conftest import Cluster, Kubectl
 from test.sim.manifests import WIDGET_CRD, configmap, pod, widget

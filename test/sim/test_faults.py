@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from ome.sim.apiserver.faults import Fault
 from test.conftest import Cluster, Kubectl

@@ -4,37 +4,16 @@ orphan and foreground propagation, namespace deletion, pod binding and graceful 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubernetes.client import V1DeleteOptions
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from test.conftest import Cluster, Kubectl
+from test.helpers import eventually, gone
 from test.sim.manifests import configmap, pod
 from test.sim.test_watch import stream
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Poll a condition the embedded control plane reaches asynchronously."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached in {timeout}s: {check}")
-        time.sleep(0.02)
-
-
-def gone(read: Callable[[], Any]) -> bool:
-    try:
-        read()
-    except ApiException as e:
-        return bool(e.status == 404)
-    return False
 
 
 def test_finalizers_hold_a_deleted_object_until_removed(cluster: Cluster) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.informer.informer import SharedInformer
 
 from test.conftest import Cluster

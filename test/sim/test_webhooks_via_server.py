@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from ome.runtime.certs import KeyPair
 from test.conftest import Cluster, Kubectl

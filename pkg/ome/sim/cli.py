@@ -1,18 +1,52 @@
-"""``ome-sim``: start the embedded cluster pieces from the command line.
+"""``ome-sim``: start the embedded cluster and the simulated GKE provider from the command line.
 
-Thin: parses arguments, starts a server, reports errors as one clear line and an exit code.
+Thin: parses arguments, starts the pieces, reports progress and errors as plain lines with
+an exit code (1 for a failure, 2 for bad arguments), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import logging
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
-from .apiserver import EmbeddedAPIServer
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from ome.runtime.rest import Rest
+
+from .apiserver import EmbeddedAPIServer, ServerThread
+from .gke.model import DEFAULT_POOLS, KNOBS, PoolError, parse_pools
+from .gke.provider import Options, Provider, install_slice_crd, parse_duration
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"ome-sim: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _wait_for_interrupt() -> None:
+    """Block until SIGINT or SIGTERM."""
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
+    while not stop.wait(3600):
+        pass
 
 
 def _apiserver(args: argparse.Namespace) -> int:
@@ -21,27 +55,160 @@ def _apiserver(args: argparse.Namespace) -> int:
         try:
             await server.start()
         except OSError as e:
-            print(f"ome-sim apiserver: {e}", file=sys.stderr)
-            return 1
+            return fail(f"apiserver: {e}")
         path = server.write_kubeconfig(args.kubeconfig)
-        print(f"embedded API server listening on {server.url}", flush=True)
-        print(f"export KUBECONFIG={path.resolve()}", flush=True)
-        print(f"try: kubectl --kubeconfig {path.resolve()} get namespaces", flush=True)
+        say(f"embedded API server listening on {server.url}")
+        say(f"export KUBECONFIG={path.resolve()}")
+        say(f"try: kubectl --kubeconfig {path.resolve()} get namespaces")
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        print("stopping embedded API server", flush=True)
+        say("stopping embedded API server")
         await server.stop()
         return 0
 
     return asyncio.run(serve())
 
 
+def _provider_options(args: argparse.Namespace) -> Options:
+    return Options(
+        activation_delay=args.activation_delay,
+        heartbeat_interval=args.heartbeat_interval,
+        scheduler=args.scheduler,
+    )
+
+
+def _run_provider(
+    rest: Rest, args: argparse.Namespace, progress: Callable[[str], None]
+) -> Provider:
+    progress("installing the Slice CRD (accelerator.gke.io/v1beta1)")
+    created = install_slice_crd(rest)
+    progress("Slice CRD installed" if created else "Slice CRD already present")
+    provider = Provider(rest, args.pools, _provider_options(args))
+    provider.start(progress)
+    return provider
+
+
+def _up(args: argparse.Namespace) -> int:
+    say("starting the embedded API server")
+    thread = ServerThread(port=args.port)
+    try:
+        server = thread.start()
+    except OSError as e:
+        return fail(f"up: {e}")
+    provider: Provider | None = None
+    try:
+        path = server.write_kubeconfig(args.kubeconfig).resolve()
+        say(f"embedded API server listening on {server.url}")
+        rest = _rest(str(path))
+        provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
+        say("")
+        say("the simulated GKE cluster is up; in another shell:")
+        say(f"export KUBECONFIG={path}")
+        say(
+            "kubectl get nodes -L cloud.google.com/gke-tpu-accelerator,"
+            "cloud.google.com/gke-accelerator-topology-mode,cloud.google.com/gke-tpu-slice"
+        )
+        say("press Ctrl-C to stop")
+        _wait_for_interrupt()
+        say("stopping")
+        return 0
+    except (ApiException, HTTPError, OSError, TimeoutError) as e:
+        return fail(f"up: {e}")
+    finally:
+        if provider is not None:
+            provider.stop()
+        thread.stop()
+
+
+def _provider(args: argparse.Namespace) -> int:
+    try:
+        rest = _rest(str(args.kubeconfig))
+        provider = _run_provider(rest, args, say)
+    except config.ConfigException as e:
+        return fail(f"provider: cannot use kubeconfig {args.kubeconfig}: {e}")
+    except HTTPError as e:
+        return fail(f"provider: cannot reach the API server of {args.kubeconfig}: {_reason(e)}")
+    except (ApiException, OSError, TimeoutError) as e:
+        return fail(f"provider: {e}")
+    say("press Ctrl-C to stop")
+    try:
+        _wait_for_interrupt()
+    finally:
+        say("stopping")
+        provider.stop()
+    return 0
+
+
+def _reason(error: HTTPError) -> str:
+    """The root cause of a urllib3 failure, without the retry wrapper's noise."""
+    reason = getattr(error, "reason", None)
+    return str(reason or error).split(": ", 1)[-1]
+
+
+def _rest(kubeconfig: str) -> Rest:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return Rest(client.ApiClient(cfg))
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"--port must be between 0 and 65535, not {text}")
+    return int(text)
+
+
+def _knob_help() -> str:
+    lines = ["knobs (kubectl annotate <slice|node> NAME KEY=VALUE):"]
+    for knob in KNOBS:
+        lines.append(f"  {knob.on:5} {knob.annotation}: {knob.effect}")
+    return "\n".join(lines)
+
+
+def _provider_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pool",
+        action="append",
+        metavar="TYPE:MODE:COUNT[:NAME]",
+        help="a TPU node pool, e.g. tpu7x:provision-only:8 or tpu7x:static:2; repeat for more "
+        f"(default: {' '.join(DEFAULT_POOLS)})",
+    )
+    parser.add_argument(
+        "--activation-delay",
+        type=_duration,
+        default=2.0,
+        metavar="DURATION",
+        help="how long a Slice stays ACTIVATING (default: 2s)",
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=_duration,
+        default=10.0,
+        metavar="DURATION",
+        help="how often each node renews its Lease (default: 10s)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="bind pending pods: auto does so only when the cluster has no kube-scheduler",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ome-sim", description="The embedded Kubernetes cluster for tests and local runs."
+        prog="ome-sim",
+        description="The embedded Kubernetes cluster and simulated GKE TPU provider for tests "
+        "and local runs.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     api = sub.add_parser(
@@ -51,16 +218,58 @@ def build_parser() -> argparse.ArgumentParser:
         "writing a kubeconfig for kubectl and clients.",
     )
     api.add_argument("--kubeconfig", required=True, type=Path, help="where to write the kubeconfig")
-    api.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    api.add_argument(
+        "--port", type=_port, default=0, help="port to listen on (default: a free one)"
+    )
     api.set_defaults(func=_apiserver)
+
+    up = sub.add_parser(
+        "up",
+        help="the embedded API server, the fake Slice CRD and the simulated GKE provider",
+        description="Start the embedded API server, install the fake Slice CRD and run the "
+        "simulated GKE provider with its TPU node pools, until Ctrl-C.",
+        epilog=_knob_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    up.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(".ome/kubeconfig"),
+        help="where to write the kubeconfig (default: .ome/kubeconfig)",
+    )
+    up.add_argument("--port", type=_port, default=0, help="API server port (default: a free one)")
+    _provider_flags(up)
+    up.set_defaults(func=_up)
+
+    prov = sub.add_parser(
+        "provider",
+        help="run the simulated GKE provider against an existing cluster",
+        description="Run the simulated GKE provider (node pools, Slice scheduler, kubelet and, "
+        "where the cluster has none, scheduler) against the cluster of a kubeconfig.",
+        epilog=_knob_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    prov.add_argument("--kubeconfig", required=True, type=Path, help="the cluster to play GKE in")
+    _provider_flags(prov)
+    prov.set_defaults(func=_provider)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if getattr(args, "port", 0) is not None and not 0 <= args.port <= 65535:
-        print(f"ome-sim: --port must be between 0 and 65535, not {args.port}", file=sys.stderr)
-        return 2
-    with contextlib.suppress(KeyboardInterrupt):
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are reported by us
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if hasattr(args, "pool"):
+        try:
+            args.pools = parse_pools(args.pool or DEFAULT_POOLS)
+        except PoolError as e:
+            parser.error(str(e))
+    try:
         return int(args.func(args))
-    return 130
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

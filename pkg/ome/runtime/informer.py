@@ -1,0 +1,280 @@
+"""Reflector and informer: list, then watch from the list's resourceVersion, and keep a
+cache of plain JSON dicts that handlers hear about, as client-go's ``tools/cache`` does.
+
+Written here rather than taken from ``kubernetes.informer``: that one deserializes into
+pydantic models (which reject objects missing model-required fields), sets no read timeout
+(a dead connection hangs it), has no backoff and cannot be stopped until an event arrives.
+It knows nothing of TPUs.
+
+Invariants:
+- ``_rv`` is the resourceVersion the next watch resumes from; ``None`` means re-list.
+- The cache changes only on the reflector's thread, under ``_lock``; readers get copies, so
+  nothing a reader does can change the cache.
+- Handlers run on the reflector's thread, in event order; they must be quick (enqueue keys).
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubernetes.client.exceptions import ApiException
+
+from .rest import JSON, Resource, Rest, WatchStream
+
+log = logging.getLogger(__name__)
+
+
+def object_key(obj: JSON) -> str:
+    """``namespace/name``, or ``name`` for cluster-scoped objects."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+
+
+@dataclass
+class EventHandler:
+    """What an informer tells: an object appeared, changed (old, new) or went (last state)."""
+
+    on_add: Callable[[JSON], None] | None = None
+    on_update: Callable[[JSON, JSON], None] | None = None
+    on_delete: Callable[[JSON], None] | None = None
+
+
+class Backoff:
+    """Exponential backoff with jitter, from ``initial`` to ``cap`` seconds, that starts over
+    after ``reset_after`` seconds without a failure (client-go's 800ms, 30s, 2m)."""
+
+    def __init__(
+        self,
+        initial: float = 0.8,
+        cap: float = 30.0,
+        reset_after: float = 120.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.initial, self.cap, self.reset_after = initial, cap, reset_after
+        self._rng = rng or random.Random()
+        self._clock = clock
+        self._current = 0.0
+        self._last_failure: float | None = None
+
+    def next(self) -> float:
+        now = self._clock()
+        if self._last_failure is not None and now - self._last_failure > self.reset_after:
+            self._current = 0.0
+        self._last_failure = now
+        self._current = self.initial if self._current == 0 else min(self.cap, self._current * 2)
+        return float(self._current * (1 + self._rng.random()))  # jitter up to +100%
+
+
+class Informer:
+    """A cached, watched view of one resource (optionally one namespace and selectors)."""
+
+    def __init__(
+        self,
+        rest: Rest,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        watch_timeout: tuple[int, int] = (300, 600),
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.rest = rest
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self.backoff = backoff or Backoff()
+        self._rng = rng or random.Random()
+        self._lock = threading.RLock()
+        self._cache: dict[str, JSON] = {}
+        self._handlers: builtins.list[EventHandler] = []
+        self._rv: str | None = None
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._stream: WatchStream | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        sel = ",".join(s for s in (self.label_selector, self.field_selector) if s)
+        return f"{self.resource.plural}{'[' + sel + ']' if sel else ''}"
+
+    # -- readers -------------------------------------------------------------------------
+
+    def get(self, key: str) -> JSON | None:
+        with self._lock:
+            obj = self._cache.get(key)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self) -> builtins.list[JSON]:
+        with self._lock:
+            return [copy.deepcopy(o) for o in self._cache.values()]
+
+    def keys(self) -> builtins.list[str]:
+        with self._lock:
+            return list(self._cache)
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def add_handler(self, handler: EventHandler) -> None:
+        """Register a handler; if the cache is already filled it hears an add per object."""
+        with self._lock:
+            self._handlers.append(handler)
+            existing = list(self._cache.values()) if self._synced.is_set() else []
+        for obj in existing:
+            if handler.on_add:
+                handler.on_add(copy.deepcopy(obj))
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- the reflector -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            delay = 0.0
+            try:
+                if self._rv is None:
+                    self._relist()
+                started = time.monotonic()
+                events = self._watch_once()
+                if events == 0 and time.monotonic() - started < 1.0:
+                    delay = self.backoff.next()  # a watch that ends at once: do not spin
+            except ApiException as e:
+                if e.status == 410:
+                    self._rv = None
+                    continue
+                log.warning("%s: list/watch failed: %s %s", self.name, e.status, e.reason)
+                delay = self.backoff.next()
+            except Exception as e:
+                if self._stop.is_set():
+                    break
+                log.warning("%s: list/watch failed: %s", self.name, e)
+                delay = self.backoff.next()
+            if delay:
+                self._stop.wait(delay)
+
+    def _relist(self) -> None:
+        items, rv = self.rest.list_all(
+            self.resource, self.namespace, self.label_selector, self.field_selector
+        )
+        fresh = {object_key(o): o for o in items}
+        with self._lock:
+            old = self._cache
+            self._cache = fresh
+            handlers = list(self._handlers)
+        for key, obj in old.items():
+            if key not in fresh:
+                self._fire(handlers, "delete", obj)
+        for key, obj in fresh.items():
+            if key not in old:
+                self._fire(handlers, "add", obj)
+            elif _rv_of(old[key]) != _rv_of(obj):
+                self._fire(handlers, "update", obj, old[key])
+        self._rv = rv
+        self._synced.set()
+
+    def _watch_once(self) -> int:
+        low, high = self.watch_timeout
+        timeout = self._rng.randint(low, high)
+        assert self._rv is not None
+        stream = self.rest.watch(
+            self.resource,
+            self._rv,
+            self.namespace,
+            self.label_selector,
+            self.field_selector,
+            timeout_seconds=timeout,
+            read_timeout=timeout + 30.0,
+        )
+        self._stream = stream
+        count = 0
+        try:
+            for event in stream:
+                if self._stop.is_set():
+                    break
+                count += 1
+                if self._apply(event):
+                    break  # the watch expired: re-list
+        finally:
+            self._stream = None
+        return count
+
+    def _apply(self, event: JSON) -> bool:
+        """Apply one watch event; True when the watch expired and a re-list is due."""
+        etype, obj = event.get("type"), event.get("object") or {}
+        if etype == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                log.info("%s: watch expired (410): re-listing", self.name)
+                self._rv = None
+                return True
+            raise ApiException(status=code or 500, reason=obj.get("message", "watch error"))
+        rv = _rv_of(obj)
+        if etype == "BOOKMARK":
+            if rv:
+                self._rv = rv
+            return False
+        key = object_key(obj)
+        with self._lock:
+            old = self._cache.get(key)
+            if etype == "DELETED":
+                self._cache.pop(key, None)
+            else:
+                self._cache[key] = obj
+            handlers = list(self._handlers)
+        if rv:
+            self._rv = rv
+        if etype == "DELETED":
+            self._fire(handlers, "delete", obj)
+        elif old is None:
+            self._fire(handlers, "add", obj)
+        else:
+            self._fire(handlers, "update", obj, old)
+        return False
+
+    def _fire(
+        self, handlers: builtins.list[EventHandler], kind: str, obj: JSON, old: JSON | None = None
+    ) -> None:
+        for h in handlers:
+            try:
+                if kind == "add" and h.on_add:
+                    h.on_add(copy.deepcopy(obj))
+                elif kind == "update" and h.on_update:
+                    h.on_update(copy.deepcopy(old or {}), copy.deepcopy(obj))
+                elif kind == "delete" and h.on_delete:
+                    h.on_delete(copy.deepcopy(obj))
+            except Exception:
+                log.exception("%s: event handler failed", self.name)
+
+
+def _rv_of(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

@@ -1,0 +1,304 @@
+"""Plain-JSON access to any Kubernetes resource through the official client's ``ApiClient``.
+
+The generated API classes deserialize into pydantic models, which cost memory and reject
+objects that lack fields the models require; caches here hold plain dicts. So this module
+keeps the official client's configuration, authentication and connection pool, and asks it
+for raw responses. It knows nothing of TPUs and holds no state beyond the client.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+JSON = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a resource lives: ``Resource("", "v1", "pods")`` or ``("accelerator.gke.io",
+    "v1beta1", "slices", namespaced=False)``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
+    ) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+PODS = Resource("", "v1", "pods")
+BINDINGS = Resource("", "v1", "bindings")
+NODES = Resource("", "v1", "nodes", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
+EVENTS = Resource("", "v1", "events")
+CONFIGMAPS = Resource("", "v1", "configmaps")
+SECRETS = Resource("", "v1", "secrets")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+
+
+class Rest:
+    """Requests that send and return JSON dicts. Non-2xx answers raise ``ApiException``
+    with the server's ``Status`` body, as the generated client does."""
+
+    def __init__(self, api_client: ApiClient, request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.request_timeout = request_timeout
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+        stream: bool = False,
+    ) -> Any:
+        params = [(k, _query_value(v)) for k, v in (query or {}).items() if v is not None]
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method_, url, header_params, body_, post_params = self.api_client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            method_,
+            url,
+            header_params=header_params,
+            body=body_,
+            post_params=post_params,
+            _request_timeout=timeout if timeout is not None else self.request_timeout,
+        )
+        raw = response.response
+        if not 200 <= response.status <= 299:
+            data = raw.read()
+            raise ApiException(
+                status=response.status, reason=raw.reason, body=data.decode(errors="replace")
+            )
+        if stream:
+            return raw
+        data = raw.read()
+        raw.release_conn()
+        return json.loads(data) if data else None
+
+    # -- verbs -----------------------------------------------------------------------------
+
+    def get(
+        self, res: Resource, name: str, namespace: str | None = None, subresource: str = ""
+    ) -> JSON:
+        return self._obj(self.request("GET", res.path(namespace, name, subresource)))
+
+    def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> JSON:
+        return self._obj(
+            self.request(
+                "GET",
+                res.path(namespace),
+                {
+                    "labelSelector": label_selector or None,
+                    "fieldSelector": field_selector or None,
+                    "resourceVersion": resource_version,
+                    "limit": limit,
+                    "continue": continue_token,
+                },
+            )
+        )
+
+    def list_all(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[builtins.list[JSON], str]:
+        """Every object, paging with ``limit``/``continue``; returns items and the list's
+        resourceVersion."""
+        items: builtins.list[JSON] = []
+        token: str | None = None
+        while True:
+            page = self.list(
+                res,
+                namespace,
+                label_selector,
+                field_selector,
+                limit=page_size,
+                continue_token=token,
+            )
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+
+    def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+        return self._obj(self.request("POST", res.path(namespace), body=body))
+
+    def replace(
+        self, res: Resource, body: JSON, namespace: str | None = None, subresource: str = ""
+    ) -> JSON:
+        name = body["metadata"]["name"]
+        return self._obj(self.request("PUT", res.path(namespace, name, subresource), body=body))
+
+    def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        subresource: str = "",
+        patch_type: str = MERGE_PATCH,
+    ) -> JSON:
+        return self._obj(
+            self.request(
+                "PATCH", res.path(namespace, name, subresource), body=patch, content_type=patch_type
+            )
+        )
+
+    def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: str | None = None,
+    ) -> JSON:
+        """Delete, preconditioned on ``uid`` (and ``resource_version``) when given."""
+        options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        preconditions = {
+            k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v
+        }
+        if preconditions:
+            options["preconditions"] = preconditions
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        return self._obj(self.request("DELETE", res.path(namespace, name), body=options))
+
+    def watch(
+        self,
+        res: Resource,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+        read_timeout: float = 60.0,
+        bookmarks: bool = True,
+    ) -> WatchStream:
+        """Open a watch. The server ends it after ``timeout_seconds``; a connection silent
+        for ``read_timeout`` raises instead of hanging; ``close()`` ends it from any thread."""
+        raw = self.request(
+            "GET",
+            res.path(namespace),
+            {
+                "watch": "true",
+                "resourceVersion": resource_version,
+                "labelSelector": label_selector or None,
+                "fieldSelector": field_selector or None,
+                "timeoutSeconds": timeout_seconds,
+                "allowWatchBookmarks": "true" if bookmarks else None,
+            },
+            timeout=(10.0, read_timeout),
+            stream=True,
+        )
+        return WatchStream(raw)
+
+    @staticmethod
+    def _obj(value: Any) -> JSON:
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"expected a JSON object from the API server, got {type(value).__name__}"
+            )
+        return value
+
+
+class WatchStream:
+    """One watch response, read as a stream of event dicts (one JSON object per line)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._closed = False
+
+    def __iter__(self) -> Iterator[JSON]:
+        buffer = b""
+        try:
+            for chunk in self._raw.stream(64 * 1024, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+            if buffer.strip():
+                yield json.loads(buffer)
+        except Exception:
+            if self._closed:
+                return  # closed from another thread: the end of the stream, not an error
+            raise
+        finally:
+            self._raw.release_conn()
+
+    def close(self) -> None:
+        """Unblock a reader waiting on the socket; safe from any thread."""
+        self._closed = True
+        self._raw.shutdown()
+
+
+def _query_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def status_of(error: ApiException) -> JSON:
+    """The ``Status`` body of an API error (empty when the body is not one)."""
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}

@@ -1,0 +1,813 @@
+"""The simulated GKE provider: TPU node pools with heartbeats, the Slice scheduler, and
+scheduler and kubelet stand-ins, driven by informers and carried out through the API.
+
+It talks to any API server through the official client (``ome.runtime.rest``), so it runs
+the same against the embedded server and a kind cluster. Work is event-driven: informer
+events and timers put keys on one queue, and a single thread takes them, reads the caches,
+asks ``decide`` what to do and writes the result. Nothing changes, nothing is written, but
+for heartbeats.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from importlib import resources
+from typing import Any
+
+import yaml
+from cachetools import TTLCache
+from kubernetes.client.exceptions import ApiException
+
+from ome.runtime.informer import EventHandler, Informer, object_key
+from ome.runtime.rest import BINDINGS, CRDS, LEASES, NODES, PODS, Resource, Rest
+from ome.tpuslice.shape import ShapeError
+
+from . import decide
+from .model import (
+    ACTIVATING,
+    ACTIVE,
+    ACTIVE_DEGRADED,
+    CREATION_FAILED,
+    DEACTIVATING,
+    FAILED,
+    KNOB,
+    MOVED_ANNOTATION,
+    POOL_LABEL,
+    SLICE_FINALIZER,
+    SLICE_GROUP,
+    SLICE_LABEL,
+    SLICE_PLURAL,
+    SLICE_VERSION,
+    TOPOLOGY_LABEL,
+    TPU_TAINT,
+    Pool,
+    condition,
+    node_object,
+    slice_state,
+    truthy,
+)
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+
+SLICES = Resource(SLICE_GROUP, SLICE_VERSION, SLICE_PLURAL, namespaced=False)
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+UNREACHABLE_TAINT = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
+#: How long a write the informers have not shown yet is trusted (client-go's expectations).
+EXPECTATION_TTL = 30.0
+RETRY_SECONDS = 1.0
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_duration(text: str) -> float:
+    """``30s``, ``2m``, ``1m30s``, ``500ms`` or a bare number of seconds."""
+    text = text.strip()
+    if not text:
+        raise ValueError("empty duration")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    total, number = 0.0, ""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if text.startswith("ms", i) else ch
+        if unit not in units or not number:
+            raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 2m, 1m30s)")
+        total += float(number) * units[unit]
+        number = ""
+        i += len(unit)
+    if number:
+        raise ValueError(f"not a duration: {text!r} (a number needs a unit: s, m, h, ms)")
+    return total
+
+
+@dataclass
+class Options:
+    activation_delay: float = 2.0
+    heartbeat_interval: float = 10.0
+    status_interval: float = 60.0
+    #: auto: schedule pods only when the cluster has no kube-scheduler (no Lease for it).
+    scheduler: str = "auto"
+
+
+def install_slice_crd(rest: Rest, timeout: float = 30.0) -> bool:
+    """Create the fake Slice CRD unless present; wait until it is served. True if created."""
+    text = (
+        resources.files("ome.sim.gke").joinpath("crds/slices.accelerator.gke.io.yaml").read_text()
+    )
+    crd = yaml.safe_load(text)
+    created = False
+    try:
+        rest.get(CRDS, crd["metadata"]["name"])
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        rest.create(CRDS, crd)
+        created = True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            rest.list(SLICES, limit=1)
+            return created
+        except ApiException as e:
+            if e.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)  # a real API server serves a new CRD after a moment
+
+
+class Provider:
+    """Plays GKE for the pools it is given. ``start()`` returns once its caches are filled."""
+
+    def __init__(self, rest: Rest, pools: list[Pool], options: Options | None = None) -> None:
+        self.rest = rest
+        self.pools = pools
+        self.options = options or Options()
+        self.slices = Informer(rest, SLICES)
+        self.nodes = Informer(rest, NODES)
+        self.pods = Informer(rest, PODS)
+        self.scheduling = False
+        #: Work done, by kind, for tests and logs: a quiet cluster leaves it unchanged but
+        #: for heartbeats.
+        self.work: Counter[str] = Counter()
+        self._queue: queue.Queue[Hashable] = queue.Queue()
+        self._pending: set[Hashable] = set()
+        self._pending_lock = threading.Lock()
+        self._timers: list[tuple[float, int, Hashable]] = []
+        self._timer_lock = threading.Lock()
+        self._seq = itertools.count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._activate_at: dict[str, float] = {}
+        #: slice name -> node names it was just given (until the informer shows it)
+        self._assigned: TTLCache[str, tuple[str, ...]] = TTLCache(
+            maxsize=100_000, ttl=EXPECTATION_TTL
+        )
+        #: pod key -> (node, requests) of binds the informer has not shown yet
+        self._bound: TTLCache[str, tuple[str, dict[str, Decimal]]] = TTLCache(
+            maxsize=100_000, ttl=EXPECTATION_TTL
+        )
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._index_lock = threading.Lock()
+        self._our_nodes = {n for p in pools for n in p.node_names()}
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(
+        self, progress: Callable[[str], None] = lambda _msg: None, timeout: float = 60.0
+    ) -> None:
+        self.scheduling = self._want_scheduler()
+        for pool in self.pools:
+            progress(
+                f"creating node pool {pool.name}: {pool.size} {pool.tpu_type} {pool.mode} hosts"
+            )
+            self._ensure_nodes(pool)
+        self.slices.add_handler(
+            EventHandler(self._slice_added, self._slice_updated, self._slice_deleted)
+        )
+        self.nodes.add_handler(
+            EventHandler(self._node_event, lambda _o, n: self._node_event(n), self._node_event)
+        )
+        self.pods.add_handler(EventHandler(self._pod_added, self._pod_updated, self._pod_deleted))
+        for informer in (self.nodes, self.pods, self.slices):
+            informer.start()
+        for informer in (self.nodes, self.pods, self.slices):
+            if not informer.wait_for_sync(timeout):
+                raise TimeoutError(
+                    f"the provider's {informer.name} cache did not fill in {timeout:.0f}s"
+                )
+        self._thread = threading.Thread(target=self._loop, name="gke-provider", daemon=True)
+        self._thread.start()
+        self._after(0, ("heartbeat",))
+        self._after(self.options.status_interval, ("node-status",))
+        self._enqueue(("assign",))
+        self._enqueue(("schedule",))
+        progress(
+            "provider running: slice scheduler, heartbeats, kubelet"
+            + (", pod scheduler" if self.scheduling else " (the cluster's scheduler binds pods)")
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._queue.put(("stop",))
+        if self._thread is not None:
+            self._thread.join(10)
+        for informer in (self.slices, self.nodes, self.pods):
+            informer.stop()
+
+    def _want_scheduler(self) -> bool:
+        if self.options.scheduler in ("on", "off"):
+            return self.options.scheduler == "on"
+        try:
+            self.rest.get(LEASES, "kube-scheduler", "kube-system")
+            return False
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+
+    def _ensure_nodes(self, pool: Pool) -> None:
+        now = now_rfc3339()
+        for i, name in enumerate(pool.node_names()):
+            try:
+                self.rest.create(NODES, node_object(pool, i, now))
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+            self._renew_lease(name)
+
+    # -- the queue -----------------------------------------------------------------------
+
+    def _enqueue(self, item: Hashable) -> None:
+        """Queue a key once: a key already waiting is not queued again."""
+        with self._pending_lock:
+            if item in self._pending:
+                return
+            self._pending.add(item)
+        self._queue.put(item)
+
+    def _after(self, delay: float, item: Hashable) -> None:
+        with self._timer_lock:
+            heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), item))
+        self._queue.put(("tick",))
+
+    def _due_timers(self) -> float | None:
+        """Queue the timers that are due; return seconds until the next one."""
+        with self._timer_lock:
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                _, _, item = heapq.heappop(self._timers)
+                self._enqueue(item)
+            return self._timers[0][0] - now if self._timers else None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            wait = self._due_timers()
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if item in (("tick",), ("stop",)):
+                continue
+            with self._pending_lock:
+                self._pending.discard(item)
+            try:
+                self._process(item)
+            except ApiException as e:
+                log.info("provider: %s: %s %s; retrying", item, e.status, e.reason)
+                self._after(RETRY_SECONDS, item)
+            except Exception:
+                log.exception("provider: %s failed; retrying", item)
+                self._after(RETRY_SECONDS, item)
+
+    def _process(self, item: Hashable) -> None:
+        assert isinstance(item, tuple)
+        kind = item[0]
+        self.work[kind] += 1
+        if kind == "slice":
+            self._reconcile_slice(item[1])
+        elif kind == "assign":
+            self._assign()
+        elif kind == "node":
+            self._reconcile_node(item[1])
+        elif kind == "pod":
+            self._kubelet(item[1])
+        elif kind == "schedule":
+            self._schedule()
+        elif kind == "heartbeat":
+            self._heartbeat()
+            self._after(self.options.heartbeat_interval, ("heartbeat",))
+        elif kind == "node-status":
+            self._node_status_heartbeat()
+            self._after(self.options.status_interval, ("node-status",))
+
+    # -- informer handlers (on informer threads: only enqueue) ---------------------------
+
+    def _slice_added(self, obj: JSON) -> None:
+        self._enqueue(("slice", obj["metadata"]["name"]))
+
+    def _slice_updated(self, old: JSON, new: JSON) -> None:
+        self._enqueue(("slice", new["metadata"]["name"]))
+        if (old.get("spec") or {}).get("partitionIds") != (new.get("spec") or {}).get(
+            "partitionIds"
+        ):
+            self._enqueue(("assign",))
+
+    def _slice_deleted(self, obj: JSON) -> None:
+        self._enqueue(("slice", obj["metadata"]["name"]))
+        self._enqueue(("assign",))
+
+    def _node_event(self, node: JSON) -> None:
+        name = node["metadata"]["name"]
+        self._enqueue(("node", name))
+        self._enqueue(("assign",))
+        if self.scheduling:
+            self._enqueue(("schedule",))
+
+    def _index_pod(self, pod: JSON, present: bool) -> None:
+        key = object_key(pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        with self._index_lock:
+            for keys in self._pods_by_node.values():
+                keys.discard(key)
+            if present and node:
+                self._pods_by_node.setdefault(node, set()).add(key)
+
+    def _pod_added(self, pod: JSON) -> None:
+        self._index_pod(pod, True)
+        self._pod_changed(pod)
+
+    def _pod_updated(self, old: JSON, pod: JSON) -> None:
+        if (old.get("spec") or {}).get("nodeName") != (pod.get("spec") or {}).get("nodeName"):
+            self._index_pod(pod, True)
+        self._pod_changed(pod)
+
+    def _pod_changed(self, pod: JSON) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in self._our_nodes:
+            self._enqueue(("pod", object_key(pod)))
+        elif not node and self.scheduling:
+            self._enqueue(("schedule",))
+
+    def _pod_deleted(self, pod: JSON) -> None:
+        self._index_pod(pod, False)
+        if self.scheduling:
+            self._enqueue(("schedule",))
+
+    # -- Slices --------------------------------------------------------------------------
+
+    def _hosts_labelled(self, slice_name: str) -> list[JSON]:
+        return [
+            n
+            for n in self.nodes.list()
+            if n["metadata"]["name"] in self._our_nodes
+            and (n["metadata"].get("labels") or {}).get(SLICE_LABEL) == slice_name
+        ]
+
+    def _hosts_of(self, partitions: list[str]) -> list[JSON]:
+        wanted = set(partitions)
+        return sorted(
+            (n for n in self.nodes.list() if decide.partition_of(n) in wanted),
+            key=lambda n: n["metadata"]["name"],
+        )
+
+    def _set_state(self, obj: JSON, state: str, status: str, message: str) -> None:
+        ready = condition(obj, "Ready") or {}
+        if (ready.get("reason"), ready.get("status"), ready.get("message")) == (
+            state,
+            status,
+            message,
+        ):
+            return
+        since = ready.get("lastTransitionTime") if ready.get("status") == status else None
+        cond = {
+            "type": "Ready",
+            "status": status,
+            "reason": state,
+            "message": message,
+            "lastTransitionTime": since or now_rfc3339(),
+        }
+        self.rest.patch(
+            SLICES,
+            obj["metadata"]["name"],
+            {"status": {"conditions": [cond]}},
+            subresource="status",
+        )
+        self.work["write"] += 1
+
+    def _label(self, hosts: list[JSON], slice_name: str | None, topology: str = "") -> None:
+        for node in hosts:
+            labels = node["metadata"].get("labels") or {}
+            if slice_name is None:
+                if SLICE_LABEL not in labels and TOPOLOGY_LABEL not in labels:
+                    continue
+                patch: JSON = {SLICE_LABEL: None, TOPOLOGY_LABEL: None}
+            else:
+                if labels.get(SLICE_LABEL) == slice_name and labels.get(TOPOLOGY_LABEL) == topology:
+                    continue
+                patch = {SLICE_LABEL: slice_name, TOPOLOGY_LABEL: topology}
+            self.rest.patch(NODES, node["metadata"]["name"], {"metadata": {"labels": patch}})
+            self.work["write"] += 1
+
+    def _reconcile_slice(self, name: str) -> None:
+        obj = self.slices.get(name)
+        if obj is None:
+            # Gone (perhaps without our finalizer): its hosts go back to the pool.
+            self._label(self._hosts_labelled(name), None)
+            self._activate_at.pop(name, None)
+            self._enqueue(("assign",))
+            return
+        meta = obj["metadata"]
+        annotations = meta.get("annotations") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        spec = obj.get("spec") or {}
+        partitions = list(spec.get("partitionIds") or [])
+        state = slice_state(obj)
+        if meta.get("deletionTimestamp"):
+            if SLICE_FINALIZER not in finalizers:
+                return
+            self._set_state(obj, DEACTIVATING, "False", "the slice's partition is being released")
+            self._label(self._hosts_labelled(name), None)
+            self.rest.patch(
+                SLICES,
+                name,
+                {
+                    "metadata": {
+                        "finalizers": [f for f in finalizers if f != SLICE_FINALIZER],
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+            )
+            self.work["write"] += 1
+            self._activate_at.pop(name, None)
+            return
+        if SLICE_FINALIZER not in finalizers:
+            self.rest.patch(
+                SLICES,
+                name,
+                {
+                    "metadata": {
+                        "finalizers": [*finalizers, SLICE_FINALIZER],
+                        "resourceVersion": meta["resourceVersion"],
+                    }
+                },
+            )
+            self.work["write"] += 1
+            return
+        try:
+            decide.slice_hosts_needed(obj)
+        except ShapeError as e:
+            self._set_state(obj, CREATION_FAILED, "False", str(e))
+            return
+        if truthy(annotations.get(KNOB["drop-partitions"])):
+            if partitions:
+                self.rest.patch(
+                    SLICES,
+                    name,
+                    {
+                        "metadata": {"resourceVersion": meta["resourceVersion"]},
+                        "spec": {"partitionIds": []},
+                    },
+                )
+                self.work["write"] += 1
+            self._label(self._hosts_labelled(name), None)
+            return
+        if not partitions:
+            if name not in self._assigned:
+                self._label(self._hosts_labelled(name), None)
+                self._enqueue(("assign",))
+            return
+        self._assigned.pop(name, None)  # the informer shows our assignment now
+        hosts = self._hosts_of(partitions)
+        move = annotations.get(KNOB["move"])
+        if (
+            move
+            and annotations.get(MOVED_ANNOTATION) != move
+            and state in (ACTIVE, ACTIVE_DEGRADED)
+        ):
+            self._move(obj, hosts, move)
+            return
+        if state in ("", CREATION_FAILED):
+            self._set_state(obj, ACTIVATING, "False", "the slice's partition is being activated")
+            self._schedule_activation(obj)
+            return
+        if state == ACTIVATING:
+            if truthy(annotations.get(KNOB["fail"])):
+                self._set_state(obj, FAILED, "False", "the slice failed to activate")
+                return
+            if truthy(annotations.get(KNOB["stick-activating"])):
+                return
+            due = self._activate_at.get(name)
+            if due is None:
+                self._schedule_activation(obj)
+                return
+            if time.monotonic() < due:
+                self._after(due - time.monotonic(), ("slice", name))
+                return
+        desired, status, message = ACTIVE, "True", "the slice is active"
+        if truthy(annotations.get(KNOB["fail"])):
+            desired, status, message = FAILED, "False", "the slice failed"
+        elif truthy(annotations.get(KNOB["degrade"])):
+            desired, status, message = (
+                ACTIVE_DEGRADED,
+                "True",
+                "some sub-blocks of the slice are degraded",
+            )
+        self._set_state(obj, desired, status, message)
+        if desired != FAILED:
+            self._label(hosts, name, str(spec.get("topology", "")))
+        self._activate_at.pop(name, None)
+
+    def _schedule_activation(self, obj: JSON) -> None:
+        name = obj["metadata"]["name"]
+        raw = (
+            (obj["metadata"].get("annotations") or {}).get(KNOB["activation-delay"]) or ""
+        ).strip()
+        delay = self.options.activation_delay
+        if raw:
+            try:
+                delay = parse_duration(raw)
+            except ValueError as e:
+                log.warning("slice %s: ignoring %s: %s", name, KNOB["activation-delay"], e)
+        self._activate_at[name] = time.monotonic() + delay
+        self._after(delay, ("slice", name))
+
+    def _taken(self) -> set[str]:
+        """Hosts held by a Slice: by its partitions, or by an assignment not yet seen."""
+        by_partition = {decide.partition_of(n): n["metadata"]["name"] for n in self.nodes.list()}
+        taken = {
+            by_partition[p]
+            for s in self.slices.list()
+            for p in (s.get("spec") or {}).get("partitionIds") or []
+            if p in by_partition
+        }
+        for nodes in self._assigned.values():
+            taken.update(nodes)
+        return taken
+
+    def _assign(self) -> None:
+        slices = [s for s in self.slices.list() if s["metadata"]["name"] not in self._assigned]
+        live = [s for s in slices if SLICE_FINALIZER in (s["metadata"].get("finalizers") or [])]
+        for a in decide.plan_assignments(live, self.nodes.list(), self._taken()):
+            current = self.slices.get(a.slice_name)
+            if current is None:
+                continue
+            self.rest.patch(
+                SLICES,
+                a.slice_name,
+                {
+                    "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                    "spec": {"partitionIds": list(a.partitions)},
+                },
+            )
+            self.work["write"] += 1
+            self._assigned[a.slice_name] = a.nodes
+            log.info("slice %s: assigned hosts %s", a.slice_name, ", ".join(a.nodes))
+
+    def _move(self, obj: JSON, hosts: list[JSON], token: str) -> None:
+        name = obj["metadata"]["name"]
+        need = len(hosts) or decide.slice_hosts_needed(obj)
+        free = decide.free_hosts(self.nodes.list(), self._taken()).get(str(obj["spec"]["type"]), [])
+        if len(free) < need:
+            log.warning(
+                "slice %s: cannot move: %d free hosts, %d needed; retrying", name, len(free), need
+            )
+            self._after(5.0, ("slice", name))
+            return
+        target = free[:need]
+        self._label(hosts, None)
+        self.rest.patch(
+            SLICES,
+            name,
+            {
+                "metadata": {
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                    "annotations": {MOVED_ANNOTATION: token},
+                },
+                "spec": {"partitionIds": [decide.partition_of(n) for n in target]},
+            },
+        )
+        self.work["write"] += 1
+        self._assigned[name] = tuple(n["metadata"]["name"] for n in target)
+        self._label(target, name, str(obj["spec"].get("topology", "")))
+        log.info("slice %s: moved to %s", name, ", ".join(n["metadata"]["name"] for n in target))
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def _desired_ready(self, node: JSON) -> tuple[str, str, str]:
+        annotations = node["metadata"].get("annotations") or {}
+        if truthy(annotations.get(KNOB["unreachable"])):
+            return "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
+        if truthy(annotations.get(KNOB["not-ready"])):
+            return "False", "KubeletNotReady", "container runtime is down (simulated)"
+        return "True", "KubeletReady", "kubelet is posting ready status"
+
+    def _reconcile_node(self, name: str) -> None:
+        node = self.nodes.get(name)
+        if node is None or name not in self._our_nodes:
+            return
+        status, reason, message = self._desired_ready(node)
+        ready = condition(node, "Ready") or {}
+        taints = [
+            t
+            for t in (node.get("spec") or {}).get("taints") or []
+            if t.get("key") not in (NOT_READY_TAINT["key"], UNREACHABLE_TAINT["key"])
+        ]
+        if not any(t.get("key") == TPU_TAINT["key"] for t in taints):
+            taints.append(dict(TPU_TAINT))
+        if status == "False":
+            taints.append(dict(NOT_READY_TAINT))
+        elif status == "Unknown":
+            taints.append(dict(UNREACHABLE_TAINT))
+        if taints != ((node.get("spec") or {}).get("taints") or []):
+            self.rest.patch(NODES, name, {"spec": {"taints": taints}})
+            self.work["write"] += 1
+        if (ready.get("status"), ready.get("reason")) != (status, reason):
+            self._write_ready(node, status, reason, message, transition=True)
+        with self._index_lock:
+            keys = sorted(self._pods_by_node.get(name, set()))
+        for key in keys:
+            self._enqueue(("pod", key))
+
+    def _write_ready(
+        self, node: JSON, status: str, reason: str, message: str, transition: bool
+    ) -> None:
+        now = now_rfc3339()
+        conditions = []
+        for old in (node.get("status") or {}).get("conditions") or []:
+            c = dict(old)
+            if c.get("type") == "Ready":
+                if transition or c.get("status") != status:
+                    c["lastTransitionTime"] = now
+                c.update(status=status, reason=reason, message=message)
+            if status != "Unknown":
+                c["lastHeartbeatTime"] = now
+            conditions.append(c)
+        self.rest.patch(
+            NODES,
+            node["metadata"]["name"],
+            {"status": {"conditions": conditions}},
+            subresource="status",
+        )
+        self.work["write"] += 1
+
+    def _renew_lease(self, node_name: str) -> None:
+        spec = {"holderIdentity": node_name, "leaseDurationSeconds": 40, "renewTime": now_micro()}
+        try:
+            self.rest.patch(LEASES, node_name, {"spec": spec}, namespace=NODE_LEASE_NAMESPACE)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            self.rest.create(
+                LEASES,
+                {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": node_name, "namespace": NODE_LEASE_NAMESPACE},
+                    "spec": spec,
+                },
+                namespace=NODE_LEASE_NAMESPACE,
+            )
+
+    def _alive_nodes(self) -> list[JSON]:
+        """Our nodes that still exist and whose kubelet is reachable."""
+        return [
+            n
+            for n in self.nodes.list()
+            if n["metadata"]["name"] in self._our_nodes
+            and not truthy((n["metadata"].get("annotations") or {}).get(KNOB["unreachable"]))
+        ]
+
+    def _heartbeat(self) -> None:
+        for node in self._alive_nodes():
+            self._renew_lease(node["metadata"]["name"])
+
+    def _node_status_heartbeat(self) -> None:
+        for node in self._alive_nodes():
+            status, reason, message = self._desired_ready(node)
+            self._write_ready(node, status, reason, message, transition=False)
+
+    # -- pods: kubelet and scheduler stand-ins -------------------------------------------
+
+    def _kubelet(self, key: str) -> None:
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        node = self.nodes.get(node_name) if node_name else None
+        if node is None or node_name not in self._our_nodes:
+            return
+        meta = pod["metadata"]
+        if truthy((node["metadata"].get("annotations") or {}).get(KNOB["unreachable"])):
+            return  # an unreachable kubelet reports nothing
+        if meta.get("deletionTimestamp"):
+            try:
+                self.rest.delete(
+                    PODS, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0
+                )
+                self.work["write"] += 1
+            except ApiException as e:
+                if e.status not in (404, 409):
+                    raise
+            return
+        if not decide.pod_active(pod):
+            return
+        status = decide.kubelet_status(pod, node, now_rfc3339())
+        if decide.status_differs(pod.get("status") or {}, status):
+            self.rest.patch(
+                PODS,
+                meta["name"],
+                {"status": status},
+                namespace=meta["namespace"],
+                subresource="status",
+            )
+            self.work["write"] += 1
+
+    def _schedule(self) -> None:
+        if not self.scheduling:
+            return
+        pods = self.pods.list()
+        bound_now = {object_key(p) for p in pods if (p.get("spec") or {}).get("nodeName")}
+        used = decide.usage(pods)
+        for key, (node_name, requests) in list(self._bound.items()):
+            if key in bound_now:
+                self._bound.pop(key, None)  # the informer shows the bind: counted above
+                continue
+            bucket = used.setdefault(node_name, {})
+            for k, v in requests.items():
+                bucket[k] = bucket.get(k, Decimal(0)) + v
+        nodes = self.nodes.list()
+        pending = sorted(
+            (p for p in pods if _schedulable(p) and object_key(p) not in self._bound),
+            key=lambda p: (p["metadata"].get("creationTimestamp", ""), object_key(p)),
+        )
+        for pod in pending:
+            meta = pod["metadata"]
+            chosen, message = decide.choose_node(pod, nodes, used)
+            if chosen is None:
+                current = condition(pod, "PodScheduled") or {}
+                if (current.get("status"), current.get("reason"), current.get("message")) != (
+                    "False",
+                    "Unschedulable",
+                    message,
+                ):
+                    others = [
+                        c
+                        for c in (pod.get("status") or {}).get("conditions") or []
+                        if c.get("type") != "PodScheduled"
+                    ]
+                    self.rest.patch(
+                        PODS,
+                        meta["name"],
+                        {
+                            "status": {
+                                "conditions": [
+                                    *others,
+                                    decide.unschedulable_condition(message, now_rfc3339()),
+                                ]
+                            }
+                        },
+                        namespace=meta["namespace"],
+                        subresource="status",
+                    )
+                    self.work["write"] += 1
+                continue
+            try:
+                self.rest.create(
+                    BINDINGS,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Binding",
+                        "metadata": {"name": meta["name"]},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": chosen},
+                    },
+                    namespace=meta["namespace"],
+                )
+                self.work["write"] += 1
+            except ApiException as e:
+                if e.status in (404, 409):
+                    continue
+                raise
+            requests = decide.pod_requests(pod)
+            self._bound[object_key(pod)] = (chosen, requests)
+            bucket = used.setdefault(chosen, {})
+            for k, v in requests.items():
+                bucket[k] = bucket.get(k, Decimal(0)) + v
+
+
+def _schedulable(pod: JSON) -> bool:
+    spec, meta = pod.get("spec") or {}, pod["metadata"]
+    return (
+        not spec.get("nodeName")
+        and not meta.get("deletionTimestamp")
+        and not spec.get("schedulingGates")
+        and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+__all__ = ["POOL_LABEL", "Options", "Provider", "install_slice_crd", "parse_duration"]

@@ -1,0 +1,143 @@
+"""The runtime's reflector and informer against the embedded API server: handlers in order,
+resume after a dropped watch, re-list after 410 Gone, backoff after errors, prompt stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ome.runtime.informer import Backoff, EventHandler, Informer
+from ome.runtime.rest import CONFIGMAPS, Rest
+from ome.sim.apiserver.faults import Fault
+from test.conftest import Cluster
+from test.helpers import eventually
+from test.sim.manifests import configmap
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+
+    def handler(self) -> EventHandler:
+        return EventHandler(
+            on_add=lambda o: self._rec("add", o),
+            on_update=lambda _old, new: self._rec("update", new),
+            on_delete=lambda o: self._rec("delete", o),
+        )
+
+    def _rec(self, kind: str, obj: dict) -> None:
+        with self.lock:
+            self.events.append((kind, obj["metadata"]["name"]))
+
+    def seen(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return list(self.events)
+
+
+@pytest.fixture
+def rest(cluster: Cluster) -> Rest:
+    return Rest(cluster.api)
+
+
+@pytest.fixture
+def informer(rest: Rest) -> Iterator[tuple[Informer, Recorder]]:
+    inf = Informer(rest, CONFIGMAPS, namespace="default", backoff=Backoff(initial=0.05, cap=0.2))
+    rec = Recorder()
+    inf.add_handler(rec.handler())
+    inf.start()
+    assert inf.wait_for_sync(10)
+    yield inf, rec
+    inf.stop()
+
+
+def test_handlers_hear_adds_updates_and_deletes_in_order(
+    informer: tuple[Informer, Recorder], rest: Rest
+) -> None:
+    inf, rec = informer
+    rest.create(CONFIGMAPS, configmap("a"), "default")
+    rest.patch(CONFIGMAPS, "a", {"data": {"k": "2"}}, "default")
+    rest.delete(CONFIGMAPS, "a", "default")
+    eventually(lambda: rec.seen() == [("add", "a"), ("update", "a"), ("delete", "a")])
+    assert inf.get("default/a") is None
+
+
+def test_readers_cannot_change_the_cache(informer: tuple[Informer, Recorder], rest: Rest) -> None:
+    inf, _ = informer
+    rest.create(CONFIGMAPS, configmap("a"), "default")
+    got = eventually(lambda: inf.get("default/a"))
+    got["data"]["k"] = "changed"
+    inf.list()[0]["metadata"]["name"] = "changed"
+    assert inf.get("default/a")["data"]["k"] == "v"
+    assert inf.keys() == ["default/a"]
+
+
+def test_a_dropped_watch_resumes_without_a_relist(
+    informer: tuple[Informer, Recorder], rest: Rest, cluster: Cluster
+) -> None:
+    _, rec = informer
+    lists = cluster.server.accounting.total("list", "configmaps")
+    cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
+    rest.create(CONFIGMAPS, configmap("after-drop"), "default")
+    eventually(lambda: ("add", "after-drop") in rec.seen())
+    assert cluster.server.accounting.total("list", "configmaps") == lists
+
+
+def test_a_410_relists_and_reports_what_vanished_meanwhile(
+    informer: tuple[Informer, Recorder], rest: Rest, cluster: Cluster
+) -> None:
+    inf, rec = informer
+    rest.create(CONFIGMAPS, configmap("stays"), "default")
+    rest.create(CONFIGMAPS, configmap("goes"), "default")
+    eventually(lambda: len(inf.keys()) == 2)
+    lists = cluster.server.accounting.total("list", "configmaps")
+    # The next watch answers 410 after a pause, and the object goes during that pause,
+    # while nobody watches: only the re-list can tell the informer.
+    cluster.server.faults.add(
+        Fault(verb="watch", resource="configmaps", code=410, latency=0.5, times=1)
+    )
+    cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
+    rest.delete(CONFIGMAPS, "goes", "default")
+    eventually(lambda: ("delete", "goes") in rec.seen())
+    assert sorted(inf.keys()) == ["default/stays"]
+    assert cluster.server.accounting.total("list", "configmaps") == lists + 1
+
+
+def test_list_errors_back_off_and_then_sync(rest: Rest, cluster: Cluster) -> None:
+    cluster.server.faults.add(Fault(verb="list", resource="configmaps", code=500, times=3))
+    inf = Informer(rest, CONFIGMAPS, namespace="default", backoff=Backoff(initial=0.2, cap=1.0))
+    start = time.monotonic()
+    inf.start()
+    try:
+        assert inf.wait_for_sync(20)
+        # 0.2 + 0.4 + 0.8 at the least (jitter only adds)
+        assert time.monotonic() - start >= 1.4
+        assert cluster.server.accounting.total("list", "configmaps") == 4
+    finally:
+        inf.stop()
+
+
+def test_stop_is_prompt_while_the_watch_is_idle(rest: Rest) -> None:
+    inf = Informer(rest, CONFIGMAPS, namespace="default")
+    inf.start()
+    assert inf.wait_for_sync(10)
+    time.sleep(0.2)  # the watch is open and silent
+    start = time.monotonic()
+    inf.stop()
+    assert time.monotonic() - start < 2
+
+
+def test_backoff_grows_to_its_cap_and_resets_after_a_healthy_stretch() -> None:
+    now = [0.0]
+    b = Backoff(initial=1.0, cap=8.0, reset_after=60.0, clock=lambda: now[0])
+    delays = []
+    for _ in range(6):
+        delays.append(b.next())
+        now[0] += 1
+    bases = [1, 2, 4, 8, 8, 8]
+    assert all(base <= d <= 2 * base for d, base in zip(delays, bases, strict=True))
+    now[0] += 120
+    assert 1.0 <= b.next() <= 2.0
