@@ -9,7 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from ome.runtime.informer import Backoff, EventHandler, Informer
+from ome.runtime.informer import (
+    Backoff,
+    DeletedFinalStateUnknown,
+    EventHandler,
+    Informer,
+    deleted_object,
+)
 from ome.runtime.rest import CONFIGMAPS, Rest
 from ome.sim.apiserver.faults import Fault
 from test.conftest import Cluster
@@ -26,7 +32,13 @@ class Recorder:
         return EventHandler(
             on_add=lambda o: self._rec("add", o),
             on_update=lambda _old, new: self._rec("update", new),
-            on_delete=lambda o: self._rec("delete", o),
+            on_delete=self._deleted,
+        )
+
+    def _deleted(self, gone: dict | DeletedFinalStateUnknown) -> None:
+        self._rec(
+            "delete-unknown" if isinstance(gone, DeletedFinalStateUnknown) else "delete",
+            deleted_object(gone),
         )
 
     def _rec(self, kind: str, obj: dict) -> None:
@@ -101,7 +113,8 @@ def test_a_410_relists_and_reports_what_vanished_meanwhile(
     )
     cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
     rest.delete(CONFIGMAPS, "goes", "default")
-    eventually(lambda: ("delete", "goes") in rec.seen())
+    # Found by the re-list: a tombstone, since the object's last state is unknown.
+    eventually(lambda: ("delete-unknown", "goes") in rec.seen())
     assert sorted(inf.keys()) == ["default/stays"]
     assert cluster.server.accounting.total("list", "configmaps") == lists + 1
 

@@ -23,12 +23,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from .client import retry_after
 from .rest import JSON, Resource, Rest, WatchStream
 
 log = logging.getLogger(__name__)
+
+#: How many Retry-After hints in a row are honoured before the exponential backoff.
+MAX_HINTED_WAITS = 10
 
 
 def object_key(obj: JSON) -> str:
@@ -38,13 +43,47 @@ def object_key(obj: JSON) -> str:
     return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
 
 
+@dataclass(frozen=True)
+class DeletedFinalStateUnknown:
+    """A delete noticed by a re-list: the object is gone, and ``obj`` is the last state the
+    cache had, which may be stale (client-go's tombstone)."""
+
+    key: str
+    obj: JSON
+
+
+def deleted_object(obj: JSON | DeletedFinalStateUnknown) -> JSON:
+    """The object of a delete notification, tombstone or not."""
+    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+
+
 @dataclass
 class EventHandler:
-    """What an informer tells: an object appeared, changed (old, new) or went (last state)."""
+    """What an informer tells: an object appeared, changed (old, new) or went (its last
+    state, or a ``DeletedFinalStateUnknown`` when a re-list found it gone)."""
 
     on_add: Callable[[JSON], None] | None = None
     on_update: Callable[[JSON, JSON], None] | None = None
-    on_delete: Callable[[JSON], None] | None = None
+    on_delete: Callable[[JSON | DeletedFinalStateUnknown], None] | None = None
+
+
+IndexFunc = Callable[[JSON], "builtins.list[str]"]
+
+
+def index_by_label(label: str) -> IndexFunc:
+    """Index objects by the value of one label (objects without it are not indexed)."""
+
+    def index(obj: JSON) -> builtins.list[str]:
+        value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+        return [value] if value is not None else []
+
+    return index
+
+
+def index_by_node_name(obj: JSON) -> builtins.list[str]:
+    """Index pods by ``spec.nodeName`` (unbound pods are not indexed)."""
+    node = (obj.get("spec") or {}).get("nodeName")
+    return [node] if node else []
 
 
 class Backoff:
@@ -98,6 +137,9 @@ class Informer:
         self._rng = rng or random.Random()
         self._lock = threading.RLock()
         self._cache: dict[str, JSON] = {}
+        #: index name -> function, and index name -> value -> keys; kept with the cache
+        self._index_funcs: dict[str, IndexFunc] = {}
+        self._indices: dict[str, dict[str, set[str]]] = {}
         self._handlers: builtins.list[EventHandler] = []
         self._rv: str | None = None
         self._synced = threading.Event()
@@ -124,6 +166,44 @@ class Informer:
     def keys(self) -> builtins.list[str]:
         with self._lock:
             return list(self._cache)
+
+    def add_indexer(self, name: str, func: IndexFunc) -> None:
+        """Index the cache by ``func``'s values; works before or after the start."""
+        with self._lock:
+            self._index_funcs[name] = func
+            self._indices[name] = {}
+            for key, obj in self._cache.items():
+                self._index(name, key, None, obj)
+
+    def by_index(self, name: str, value: str) -> builtins.list[JSON]:
+        """Copies of the objects whose index ``name`` includes ``value``."""
+        with self._lock:
+            keys = sorted(self._indices[name].get(value, set()))
+            return [copy.deepcopy(self._cache[k]) for k in keys]
+
+    def index_keys(self, name: str, value: str) -> builtins.list[str]:
+        with self._lock:
+            return sorted(self._indices[name].get(value, set()))
+
+    def _index(self, name: str, key: str, old: JSON | None, new: JSON | None) -> None:
+        func, index = self._index_funcs[name], self._indices[name]
+        for value in func(old) if old is not None else []:
+            bucket = index.get(value)
+            if bucket is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del index[value]
+        for value in func(new) if new is not None else []:
+            index.setdefault(value, set()).add(key)
+
+    def _store(self, key: str, obj: JSON | None) -> JSON | None:
+        """Put (or, with None, remove) one object; keeps the indices. Holds the lock."""
+        old = self._cache.pop(key, None) if obj is None else self._cache.get(key)
+        if obj is not None:
+            self._cache[key] = obj
+        for name in self._index_funcs:
+            self._index(name, key, old, obj)
+        return old
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
@@ -159,6 +239,7 @@ class Informer:
     # -- the reflector -------------------------------------------------------------------
 
     def _run(self) -> None:
+        hinted_waits = 0
         while not self._stop.is_set():
             delay = 0.0
             try:
@@ -173,12 +254,21 @@ class Informer:
                     self._rv = None
                     continue
                 log.warning("%s: list/watch failed: %s %s", self.name, e.status, e.reason)
-                delay = self.backoff.next()
+                hinted = retry_after(e)
+                if hinted is not None and hinted_waits < MAX_HINTED_WAITS:
+                    # The server said when to come back (429, 503): as client-go's request
+                    # layer, wait that long, up to ten times in a row, before backing off.
+                    hinted_waits += 1
+                    delay = max(hinted, 0.1)
+                else:
+                    delay = self.backoff.next()
             except Exception as e:
                 if self._stop.is_set():
                     break
                 log.warning("%s: list/watch failed: %s", self.name, e)
                 delay = self.backoff.next()
+            else:
+                hinted_waits = 0
             if delay:
                 self._stop.wait(delay)
 
@@ -190,10 +280,14 @@ class Informer:
         with self._lock:
             old = self._cache
             self._cache = fresh
+            for name in self._index_funcs:
+                self._indices[name] = {}
+                for key, obj in fresh.items():
+                    self._index(name, key, None, obj)
             handlers = list(self._handlers)
         for key, obj in old.items():
             if key not in fresh:
-                self._fire(handlers, "delete", obj)
+                self._fire(handlers, "delete", DeletedFinalStateUnknown(key, obj))
         for key, obj in fresh.items():
             if key not in old:
                 self._fire(handlers, "add", obj)
@@ -245,11 +339,7 @@ class Informer:
             return False
         key = object_key(obj)
         with self._lock:
-            old = self._cache.get(key)
-            if etype == "DELETED":
-                self._cache.pop(key, None)
-            else:
-                self._cache[key] = obj
+            old = self._store(key, None if etype == "DELETED" else obj)
             handlers = list(self._handlers)
         if rv:
             self._rv = rv
@@ -262,11 +352,18 @@ class Informer:
         return False
 
     def _fire(
-        self, handlers: builtins.list[EventHandler], kind: str, obj: JSON, old: JSON | None = None
+        self,
+        handlers: builtins.list[EventHandler],
+        kind: str,
+        obj: JSON | DeletedFinalStateUnknown,
+        old: JSON | None = None,
     ) -> None:
         for h in handlers:
             try:
-                if kind == "add" and h.on_add:
+                if isinstance(obj, DeletedFinalStateUnknown):
+                    if h.on_delete:
+                        h.on_delete(DeletedFinalStateUnknown(obj.key, copy.deepcopy(obj.obj)))
+                elif kind == "add" and h.on_add:
                     h.on_add(copy.deepcopy(obj))
                 elif kind == "update" and h.on_update:
                     h.on_update(copy.deepcopy(old or {}), copy.deepcopy(obj))
@@ -278,3 +375,60 @@ class Informer:
 
 def _rv_of(obj: JSON) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+class InformerFactory:
+    """One informer per resource, namespace and selectors, shared by every controller that
+    asks for it (client-go's SharedInformerFactory)."""
+
+    def __init__(self, rest: Rest, **options: Any) -> None:
+        self.rest = rest
+        self._options = options
+        self._informers: dict[tuple[Resource, str | None, str | None, str | None], Informer] = {}
+        self._lock = threading.Lock()
+        self._started = False
+
+    def informer(
+        self,
+        resource: Resource,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Informer:
+        key = (resource, namespace, label_selector or None, field_selector or None)
+        with self._lock:
+            informer = self._informers.get(key)
+            if informer is None:
+                informer = Informer(
+                    self.rest, resource, namespace, label_selector, field_selector, **self._options
+                )
+                self._informers[key] = informer
+                if self._started:
+                    informer.start()
+            return informer
+
+    def informers(self) -> builtins.list[Informer]:
+        with self._lock:
+            return list(self._informers.values())
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            informers = list(self._informers.values())
+        for informer in informers:
+            informer.start()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for informer in self.informers():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not informer.wait_for_sync(left):
+                return False
+        return True
+
+    def has_synced(self) -> bool:
+        return all(i.has_synced() for i in self.informers())
+
+    def stop(self) -> None:
+        for informer in self.informers():
+            informer.stop()

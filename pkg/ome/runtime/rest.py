@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 JSON = dict[str, Any]
 
@@ -72,6 +73,13 @@ class Rest:
     def __init__(self, api_client: ApiClient, request_timeout: float = 30.0) -> None:
         self.api_client = api_client
         self.request_timeout = request_timeout
+        # urllib3 would silently retry idempotent requests on 429/503 with Retry-After and
+        # on connection errors; retries belong to the callers (Client, informers), once.
+        pool = api_client.rest_client.pool_manager
+        pool.connection_pool_kw["retries"] = Retry(
+            total=0, redirect=0, raise_on_status=False, respect_retry_after_header=False
+        )
+        pool.clear()
 
     def request(
         self,
@@ -106,9 +114,11 @@ class Rest:
         raw = response.response
         if not 200 <= response.status <= 299:
             data = raw.read()
-            raise ApiException(
-                status=response.status, reason=raw.reason, body=data.decode(errors="replace")
-            )
+            raw.release_conn()
+            error = ApiException(status=response.status, reason=raw.reason)
+            error.body = data.decode(errors="replace")
+            error.headers = raw.headers  # Retry-After, Warning
+            raise error
         if stream:
             return raw
         data = raw.read()

@@ -36,8 +36,8 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
-def _wait_for_interrupt() -> None:
-    """Block until SIGINT or SIGTERM."""
+def _interrupt_event() -> threading.Event:
+    """An event SIGINT or SIGTERM sets; installed before we tell anyone to press Ctrl-C."""
     stop = threading.Event()
 
     def handler(_signum: int, _frame: FrameType | None) -> None:
@@ -45,6 +45,10 @@ def _wait_for_interrupt() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+    return stop
+
+
+def _wait(stop: threading.Event) -> None:
     while not stop.wait(3600):
         pass
 
@@ -92,6 +96,7 @@ def _run_provider(
 
 
 def _up(args: argparse.Namespace) -> int:
+    interrupted = _interrupt_event()
     say("starting the embedded API server")
     thread = ServerThread(port=args.port)
     try:
@@ -112,7 +117,7 @@ def _up(args: argparse.Namespace) -> int:
             "cloud.google.com/gke-accelerator-topology-mode,cloud.google.com/gke-tpu-slice"
         )
         say("press Ctrl-C to stop")
-        _wait_for_interrupt()
+        _wait(interrupted)
         say("stopping")
         return 0
     except (ApiException, HTTPError, OSError, TimeoutError) as e:
@@ -124,6 +129,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _provider(args: argparse.Namespace) -> int:
+    interrupted = _interrupt_event()
     try:
         rest = _rest(str(args.kubeconfig))
         provider = _run_provider(rest, args, say)
@@ -135,7 +141,7 @@ def _provider(args: argparse.Namespace) -> int:
         return fail(f"provider: {e}")
     say("press Ctrl-C to stop")
     try:
-        _wait_for_interrupt()
+        _wait(interrupted)
     finally:
         say("stopping")
         provider.stop()

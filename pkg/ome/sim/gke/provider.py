@@ -28,7 +28,13 @@ import yaml
 from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
-from ome.runtime.informer import EventHandler, Informer, object_key
+from ome.runtime.informer import (
+    DeletedFinalStateUnknown,
+    EventHandler,
+    Informer,
+    deleted_object,
+    object_key,
+)
 from ome.runtime.rest import BINDINGS, CRDS, LEASES, NODES, PODS, Resource, Rest
 from ome.tpuslice.shape import ShapeError
 
@@ -317,12 +323,13 @@ class Provider:
         ):
             self._enqueue(("assign",))
 
-    def _slice_deleted(self, obj: JSON) -> None:
+    def _slice_deleted(self, gone: JSON | DeletedFinalStateUnknown) -> None:
+        obj = deleted_object(gone)
         self._enqueue(("slice", obj["metadata"]["name"]))
         self._enqueue(("assign",))
 
-    def _node_event(self, node: JSON) -> None:
-        name = node["metadata"]["name"]
+    def _node_event(self, changed: JSON | DeletedFinalStateUnknown) -> None:
+        name = deleted_object(changed)["metadata"]["name"]
         self._enqueue(("node", name))
         self._enqueue(("assign",))
         if self.scheduling:
@@ -353,7 +360,8 @@ class Provider:
         elif not node and self.scheduling:
             self._enqueue(("schedule",))
 
-    def _pod_deleted(self, pod: JSON) -> None:
+    def _pod_deleted(self, gone: JSON | DeletedFinalStateUnknown) -> None:
+        pod = deleted_object(gone)
         self._index_pod(pod, False)
         if self.scheduling:
             self._enqueue(("schedule",))

@@ -1,0 +1,1 @@
+"""The programs' main functions (``ome-manager``); ``cmd/`` holds the thin scripts."""

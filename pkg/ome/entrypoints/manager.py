@@ -1,0 +1,149 @@
+"""``ome-manager``: the controller manager, with controller-runtime's flag names.
+
+Thin: parses flags, sets up logs and tracing, builds the manager, runs it until SIGTERM.
+Errors are one line and an exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from kubernetes import client, config
+
+from ome.runtime.logs import configure_logging
+from ome.runtime.manager import Manager, ManagerOptions
+from ome.runtime.rest import Rest
+from ome.runtime.serving import parse_bind_address
+from ome.runtime.tracing import configure_tracing
+
+log = logging.getLogger("ome.manager")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ome-manager", description="The OME controller manager.")
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="path to a kubeconfig; default: $KUBECONFIG, else the in-cluster service account",
+    )
+    parser.add_argument(
+        "--metrics-bind-address",
+        default=":8080",
+        help="where to serve /metrics, as HOST:PORT or :PORT; 0 disables (default :8080)",
+    )
+    parser.add_argument(
+        "--health-probe-bind-address",
+        default=":8081",
+        help="where to serve /healthz and /readyz; 0 disables (default :8081)",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="elect a leader on a Lease; only the leader runs controllers",
+    )
+    parser.add_argument(
+        "--leader-election-id",
+        default="ome-controller-manager",
+        help="the name of the leader-election Lease (default ome-controller-manager)",
+    )
+    for flag, default, what in (
+        ("--leader-elect-lease-duration", 15.0, "how long a lease is valid without renewal"),
+        ("--leader-elect-renew-deadline", 10.0, "how long the leader keeps trying to renew"),
+        ("--leader-elect-retry-period", 2.0, "how often candidates try to acquire or renew"),
+    ):
+        parser.add_argument(
+            flag,
+            type=float,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what} (default {default:g}s)",
+        )
+    parser.add_argument(
+        "--namespace",
+        default=os.environ.get("POD_NAMESPACE") or "ome",
+        help="the manager's own namespace: its Lease and configuration live there "
+        "(default: $POD_NAMESPACE, else ome)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("auto", "json", "text"),
+        default="auto",
+        help="auto: text on a terminal, JSON otherwise",
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info"
+    )
+    return parser
+
+
+def _rest(kubeconfig: str | None) -> Rest:
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        raise config.ConfigException(
+            "no cluster to talk to: pass --kubeconfig, set KUBECONFIG, or run in a pod"
+        )
+    return Rest(client.ApiClient(cfg))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag in ("metrics_bind_address", "health_probe_bind_address"):
+        try:
+            parse_bind_address(getattr(args, flag))
+        except ValueError as e:
+            parser.error(str(e))
+    configure_logging(args.log_format, args.log_level)
+    configure_tracing("ome-manager")
+    try:
+        rest = _rest(args.kubeconfig)
+    except config.ConfigException as e:
+        print(f"ome-manager: {e}", file=sys.stderr)
+        return 1
+    manager = Manager(
+        rest,
+        ManagerOptions(
+            namespace=args.namespace,
+            leader_elect=args.leader_elect,
+            leader_election_id=args.leader_election_id,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+            metrics_bind_address=args.metrics_bind_address,
+            health_probe_bind_address=args.health_probe_bind_address,
+        ),
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "starting ome-manager",
+        extra={"identity": manager.options.identity, "namespace": args.namespace},
+    )
+    try:
+        return manager.run(stop)
+    except ValueError as e:  # e.g. leader election timings that do not fit together
+        log.error("cannot start: %s", e)
+        return 2
+    except (OSError, TimeoutError) as e:
+        log.error("manager stopped: %s", e)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""The manager owns the plumbing, as controller-runtime's does: the shared informers, the
+API client, event recorders, leader election, health and readiness probes, metrics, and an
+orderly stop. Controllers own decisions; the manager never makes one. It knows nothing of
+TPUs.
+
+Order of a run: probes and metrics up; informers started and synced (then ready); the
+leader (or, without election, every replica) starts the controllers; on stop, controllers
+drain, the lease is released, informers and servers stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from .client import Client
+from .controller import Controller
+from .events import EventRecorder
+from .informer import InformerFactory
+from .leader import LeaderElectionConfig, LeaderElector
+from .rest import Rest
+from .serving import Check, MetricsServer, ProbeServer, parse_bind_address
+
+log = logging.getLogger(__name__)
+
+#: Exit codes of ``run``: a clean stop, and leadership lost (the process must restart).
+EXIT_OK, EXIT_LOST_LEADERSHIP = 0, 1
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+@dataclass
+class ManagerOptions:
+    namespace: str = "ome"
+    leader_elect: bool = False
+    leader_election_id: str = "ome-controller-manager"
+    identity: str = field(default_factory=default_identity)
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    cache_sync_timeout: float = 120.0
+    drain_timeout: float = 30.0
+
+
+class Manager:
+    """Wires informers, controllers and leader election into one process."""
+
+    def __init__(
+        self, rest: Rest, options: ManagerOptions, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.rest = rest
+        self.options = options
+        self.registry = registry if registry is not None else REGISTRY
+        self.client = Client(rest)
+        self.informers = InformerFactory(rest)
+        self.controllers: list[Controller] = []
+        self._recorders: list[EventRecorder] = []
+        self._health: dict[str, Check] = {}
+        self._ready: dict[str, Check] = {"informers": self._informers_synced}
+        self._leading = threading.Event()
+        self.elector: LeaderElector | None = None
+        self.probes: ProbeServer | None = None
+        self.metrics: MetricsServer | None = None
+        # Fail fast on bad addresses, before anything starts.
+        self._probe_address = parse_bind_address(options.health_probe_bind_address)
+        self._metrics_address = parse_bind_address(options.metrics_bind_address)
+
+    # -- wiring --------------------------------------------------------------------------
+
+    def add_controller(self, controller: Controller) -> None:
+        self.controllers.append(controller)
+
+    def event_recorder(self, component: str) -> EventRecorder:
+        recorder = EventRecorder(self.rest, component, host=socket.gethostname())
+        self._recorders.append(recorder)
+        return recorder
+
+    def add_health_check(self, name: str, check: Check) -> None:
+        self._health[name] = check
+
+    def add_readiness_check(self, name: str, check: Check) -> None:
+        self._ready[name] = check
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def _informers_synced(self) -> str | None:
+        return None if self.informers.has_synced() else "informer caches are not synced yet"
+
+    # -- running -------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, started: Callable[[], None] | None = None) -> int:
+        """Run until ``stop`` is set (EXIT_OK) or leadership is lost (EXIT_LOST_LEADERSHIP)."""
+        self._start_servers()
+        for recorder in self._recorders:
+            recorder.start()
+        self.informers.start()
+        try:
+            if started is not None:
+                started()
+            if not self._wait_for_caches(stop):
+                return EXIT_OK
+            log.info("informer caches synced")
+            if not self.options.leader_elect:
+                self._lead(stop)
+                return EXIT_OK
+            return self._run_elected(stop)
+        finally:
+            for recorder in self._recorders:
+                recorder.stop()
+            self.informers.stop()
+            self._stop_servers()
+
+    def _wait_for_caches(self, stop: threading.Event) -> bool:
+        waited = 0.0
+        while not self.informers.wait_for_sync(0.2):
+            if stop.is_set():
+                return False
+            waited += 0.2
+            if waited >= self.options.cache_sync_timeout:
+                raise TimeoutError(
+                    f"informer caches did not sync within {self.options.cache_sync_timeout:.0f}s"
+                )
+        return not stop.is_set()
+
+    def _lead(self, stop_leading: threading.Event) -> None:
+        """Run the controllers until ``stop_leading`` is set, then drain them."""
+        self._leading.set()
+        log.info("starting %d controllers", len(self.controllers))
+        for controller in self.controllers:
+            controller.start()
+        stop_leading.wait()
+        log.info("stopping controllers")
+        for controller in self.controllers:
+            controller.stop(self.options.drain_timeout)
+        self._leading.clear()
+
+    def _run_elected(self, stop: threading.Event) -> int:
+        lost = threading.Event()
+        opts = self.options
+        self.elector = LeaderElector(
+            self.rest,
+            LeaderElectionConfig(
+                namespace=opts.namespace,
+                name=opts.leader_election_id,
+                identity=opts.identity,
+                lease_duration=opts.lease_duration,
+                renew_deadline=opts.renew_deadline,
+                retry_period=opts.retry_period,
+            ),
+            on_started_leading=self._lead,
+            on_stopped_leading=lambda: None if stop.is_set() else lost.set(),
+            on_new_leader=lambda who: log.info("leader is %s", who),
+        )
+        self.elector.run(stop)
+        if lost.is_set() and not stop.is_set():
+            log.error("leader election lost: stopping so that another replica can lead")
+            return EXIT_LOST_LEADERSHIP
+        return EXIT_OK
+
+    def _start_servers(self) -> None:
+        if self._probe_address is not None:
+            self.probes = ProbeServer(*self._probe_address)
+            self.probes.health.update(self._health)
+            self.probes.ready.update(self._ready)
+            self.probes.start()
+            log.info("serving probes on port %d", self.probes.port)
+        if self._metrics_address is not None:
+            self.metrics = MetricsServer(*self._metrics_address, registry=self.registry)
+            log.info("serving metrics on port %d", self.metrics.port)
+
+    def _stop_servers(self) -> None:
+        if self.probes is not None:
+            self.probes.stop()
+        if self.metrics is not None:
+            self.metrics.stop()

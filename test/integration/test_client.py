@@ -1,0 +1,76 @@
+"""The API client: retries of transient failures (429 after Retry-After, 5xx), no blind
+retry of 4xx, preconditioned deletes, and a span per call."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ome.runtime.client import Client, RetryPolicy
+from ome.runtime.rest import CONFIGMAPS, Rest
+from ome.sim.apiserver.faults import Fault
+from test.conftest import Cluster
+from test.sim.manifests import configmap
+
+
+@pytest.fixture
+def client(cluster: Cluster) -> Client:
+    return Client(Rest(cluster.api), RetryPolicy(initial=0.05, cap=0.2))
+
+
+def test_a_429_is_retried_no_sooner_than_its_retry_after(client: Client, cluster: Cluster) -> None:
+    cluster.server.faults.add(Fault(verb="create", resource="configmaps", code=429, retry_after=2))
+    start = time.monotonic()
+    made = client.create(CONFIGMAPS, configmap("a"), "default")
+    assert time.monotonic() - start >= 2.0
+    assert made["metadata"]["name"] == "a"
+    assert cluster.server.accounting.total("create", "configmaps") == 2
+
+
+@pytest.mark.parametrize("code", [500, 503, 504])
+def test_server_errors_are_retried(client: Client, cluster: Cluster, code: int) -> None:
+    cluster.server.faults.add(Fault(verb="get", resource="configmaps", code=code, times=2))
+    client.create(CONFIGMAPS, configmap("a"), "default")
+    assert client.live_get(CONFIGMAPS, "a", "default")["metadata"]["name"] == "a"
+    assert cluster.server.accounting.total("get", "configmaps") == 3
+
+
+def test_a_conflict_is_returned_not_retried(client: Client, cluster: Cluster) -> None:
+    made = client.create(CONFIGMAPS, configmap("a"), "default")
+    client.patch(CONFIGMAPS, "a", {"data": {"k": "2"}}, "default")
+    stale = dict(made, data={"k": "stale"})
+    with pytest.raises(ApiException) as e:
+        client.replace(CONFIGMAPS, stale, "default")
+    assert e.value.status == 409
+    assert cluster.server.accounting.total("update", "configmaps") == 1
+
+
+def test_a_persistent_failure_gives_up_with_the_error(cluster: Cluster) -> None:
+    client = Client(Rest(cluster.api), RetryPolicy(attempts=3, initial=0.01, cap=0.02))
+    cluster.server.faults.add(Fault(verb="list", resource="configmaps", code=503, times=None))
+    with pytest.raises(ApiException) as e:
+        client.live_list(CONFIGMAPS, "default")
+    assert e.value.status == 503
+    assert cluster.server.accounting.total("list", "configmaps") == 3
+
+
+def test_delete_preconditions(client: Client) -> None:
+    made = client.create(CONFIGMAPS, configmap("a"), "default")
+    with pytest.raises(ApiException) as e:
+        client.delete(CONFIGMAPS, "a", "default", uid="someone-else")
+    assert e.value.status == 409
+    assert client.live_get_or_none(CONFIGMAPS, "a", "default") is not None
+    client.delete(CONFIGMAPS, "a", "default", uid=made["metadata"]["uid"])
+    assert client.live_get_or_none(CONFIGMAPS, "a", "default") is None
+    assert client.delete(CONFIGMAPS, "a", "default") is None, "NotFound counts as done"
+
+
+def test_every_call_is_a_span(client: Client, spans: InMemorySpanExporter) -> None:
+    client.create(CONFIGMAPS, configmap("a"), "default")
+    with pytest.raises(ApiException):
+        client.live_get(CONFIGMAPS, "missing", "default")
+    names = [(s.name, s.attributes.get("http.status_code")) for s in spans.get_finished_spans()]
+    assert names == [("k8s create configmaps", 200), ("k8s get configmaps", 404)]

@@ -1,0 +1,120 @@
+"""An informer keeps an exact copy of the server's objects through churn and faults: 1,000
+writes, a dropped watch, a forced 410, a 30-second 503 window and a 429 storm; and it
+re-lists no more than once per 410. Defaults only: 800 ms to 30 s backoff."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from kubernetes import client
+
+from ome.runtime.informer import Informer
+from ome.runtime.rest import CONFIGMAPS, NAMESPACES, Rest
+from ome.sim.apiserver.faults import Fault
+from test.conftest import Cluster
+from test.helpers import eventually
+
+NS = "recovery"
+INFORMER_AGENT = "ome-informer-under-test"
+
+
+def churn(rest: Rest, rng: random.Random, live: set[str], ops: int) -> None:
+    """Creates, updates and deletes, picked at random but reproducibly."""
+    for _ in range(ops):
+        roll = rng.random()
+        if roll < 0.45 or len(live) < 5:
+            name = f"cm-{rng.randrange(10**9):09d}"
+            rest.create(CONFIGMAPS, {"metadata": {"name": name}, "data": {"v": "0"}}, NS)
+            live.add(name)
+        elif roll < 0.8:
+            name = rng.choice(sorted(live))
+            rest.patch(CONFIGMAPS, name, {"data": {"v": str(rng.randrange(1000))}}, NS)
+        else:
+            name = rng.choice(sorted(live))
+            rest.delete(CONFIGMAPS, name, NS)
+            live.discard(name)
+
+
+def matches_the_server(informer: Informer, rest: Rest) -> bool:
+    items, _ = rest.list_all(CONFIGMAPS, NS)
+    server = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in items}
+    cached = {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in informer.list()}
+    return server == cached
+
+
+def test_the_cache_stays_exact_through_churn_and_faults(cluster: Cluster) -> None:
+    writer = Rest(cluster.api)
+    writer.create(NAMESPACES, {"metadata": {"name": NS}})
+    informer_api = client.ApiClient(cluster.api.configuration)
+    informer_api.user_agent = INFORMER_AGENT
+    informer = Informer(Rest(informer_api), CONFIGMAPS, namespace=NS)
+    server, faults, accounting = cluster.server, cluster.server.faults, cluster.server.accounting
+
+    def lists() -> int:
+        return accounting.total("list", "configmaps", INFORMER_AGENT)
+
+    def drop() -> None:
+        cluster.thread.call(lambda: server.drop_watches("configmaps"))
+
+    rng = random.Random(7)
+    live: set[str] = set()
+    informer.start()
+    try:
+        assert informer.wait_for_sync(10)
+        churn(writer, rng, live, 1000)
+        eventually(lambda: matches_the_server(informer, writer), timeout=30)
+        assert lists() == 1
+
+        # A dropped watch: resumed from the last resourceVersion, no re-list.
+        drop()
+        churn(writer, rng, live, 50)
+        eventually(lambda: matches_the_server(informer, writer), timeout=30)
+        assert lists() == 1
+
+        # A forced 410: exactly one re-list.
+        faults.add(Fault(verb="watch", resource="configmaps", user_agent=INFORMER_AGENT, code=410))
+        drop()
+        churn(writer, rng, live, 50)
+        eventually(lambda: matches_the_server(informer, writer), timeout=30)
+        assert lists() == 2
+
+        # A 30-second 503 window on everything the informer asks; the writes go on.
+        for verb in ("list", "watch"):
+            faults.add(
+                Fault(
+                    verb=verb,
+                    resource="configmaps",
+                    user_agent=INFORMER_AGENT,
+                    code=503,
+                    times=None,
+                )
+            )
+        drop()
+        window_end = time.monotonic() + 30
+        while time.monotonic() < window_end:
+            churn(writer, rng, live, 10)
+            time.sleep(0.5)  # the window is a span of time: spread the writes over it
+        faults.clear()
+        # Backoff may have grown to 30 s (x2 jitter) by the end of the window.
+        eventually(lambda: matches_the_server(informer, writer), timeout=75, interval=0.5)
+        assert lists() == 2, "a 503 is retried from the last resourceVersion, not re-listed"
+
+        # A 429 storm.
+        faults.add(
+            Fault(
+                verb="watch",
+                resource="configmaps",
+                user_agent=INFORMER_AGENT,
+                code=429,
+                retry_after=1,
+                times=8,
+            )
+        )
+        drop()
+        churn(writer, rng, live, 100)
+        eventually(lambda: matches_the_server(informer, writer), timeout=75, interval=0.5)
+        assert lists() == 2
+        assert len(informer.keys()) == len(live)
+    finally:
+        informer.stop()

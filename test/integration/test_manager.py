@@ -1,0 +1,337 @@
+"""The manager: probes and metrics, leader election between managers (exactly one
+reconciles; a killed leader is replaced within lease duration plus retry period), SIGTERM,
+JSON logs, and a quiet cost of nothing but watches and lease renewals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ome.runtime.controller import Controller, ControllerMetrics
+from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
+from ome.runtime.rest import CONFIGMAPS, LEASES, Rest
+from ome.runtime.workqueue import RateLimitingQueue
+from test.conftest import Cluster
+from test.helpers import eventually
+from test.sim.manifests import configmap
+
+FAST = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.25}
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@dataclass
+class Running:
+    manager: Manager
+    stop: threading.Event
+    thread: threading.Thread
+    code: list[int] = field(default_factory=list)
+
+    def halt(self) -> int:
+        self.stop.set()
+        self.thread.join(30)
+        return self.code[0]
+
+
+def run_manager(manager: Manager) -> Running:
+    stop = threading.Event()
+    running = Running(manager, stop, threading.Thread(target=lambda: None))
+
+    def target() -> None:
+        running.code.append(manager.run(stop))
+
+    running.thread = threading.Thread(target=target, daemon=True)
+    running.thread.start()
+    return running
+
+
+class Tracker:
+    """Who is reconciling right now: at no moment may two managers be."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[str, int] = {}
+        self.violations = 0
+        self.done: dict[str, int] = {}
+
+    def reconciler(self, who: str):  # type: ignore[no-untyped-def]
+        def reconcile(key: str) -> None:
+            with self.lock:
+                if any(n for other, n in self.active.items() if other != who):
+                    self.violations += 1
+                self.active[who] = self.active.get(who, 0) + 1
+            time.sleep(0.005)  # a reconcile takes a moment
+            with self.lock:
+                self.active[who] -= 1
+                self.done[who] = self.done.get(who, 0) + 1
+
+        return reconcile
+
+
+def elected_manager(cluster: Cluster, who: str, tracker: Tracker) -> Manager:
+    rest = Rest(cluster.api)
+    manager = Manager(
+        rest,
+        ManagerOptions(
+            namespace="default",
+            leader_elect=True,
+            identity=who,
+            metrics_bind_address="0",
+            health_probe_bind_address="127.0.0.1:0",
+            **FAST,
+        ),
+        registry=CollectorRegistry(),
+    )
+    informer = manager.informers.informer(CONFIGMAPS, namespace="default")
+    controller = Controller(
+        f"tracker-{who}",
+        tracker.reconciler(who),
+        workers=2,
+        queue=RateLimitingQueue(name=f"tracker-{who}"),
+        metrics=ControllerMetrics(CollectorRegistry()),
+    )
+    controller.watch(informer)
+    manager.add_controller(controller)
+    return manager
+
+
+def test_exactly_one_manager_reconciles_and_the_other_takes_over(cluster: Cluster) -> None:
+    rest = Rest(cluster.api)
+    tracker = Tracker()
+    a = run_manager(elected_manager(cluster, "manager-a", tracker))
+    eventually(a.manager.is_leader, timeout=10)
+    b = run_manager(elected_manager(cluster, "manager-b", tracker))
+    try:
+        for i in range(40):
+            rest.create(CONFIGMAPS, configmap(f"c{i}"), "default")
+        eventually(lambda: tracker.done.get("manager-a", 0) >= 40, timeout=20)
+        assert not b.manager.is_leader() and tracker.done.get("manager-b", 0) == 0
+        assert a.halt() == EXIT_OK  # a graceful stop releases the lease
+        eventually(b.manager.is_leader, timeout=5)
+        rest.create(CONFIGMAPS, configmap("after"), "default")
+        eventually(lambda: tracker.done.get("manager-b", 0) >= 1, timeout=10)
+        assert tracker.violations == 0
+    finally:
+        if not a.stop.is_set():
+            a.halt()
+        b.halt()
+
+
+def test_probes_report_readiness_after_the_caches_sync_and_metrics_are_served(
+    cluster: Cluster,
+) -> None:
+    registry = CollectorRegistry()
+    manager = Manager(
+        Rest(cluster.api),
+        ManagerOptions(
+            namespace="default",
+            metrics_bind_address="127.0.0.1:0",
+            health_probe_bind_address="127.0.0.1:0",
+        ),
+        registry=registry,
+    )
+    manager.informers.informer(CONFIGMAPS, namespace="default")
+    controller = Controller(
+        "probe-test",
+        lambda key: None,
+        queue=RateLimitingQueue(name="probe-test"),
+        metrics=ControllerMetrics(registry),
+    )
+    manager.add_controller(controller)
+    running = run_manager(manager)
+    try:
+        eventually(lambda: manager.probes is not None and manager.metrics is not None)
+        assert manager.probes is not None and manager.metrics is not None
+        probes = f"http://127.0.0.1:{manager.probes.port}"
+        assert get(f"{probes}/healthz") == (200, "ok")
+        eventually(lambda: get(f"{probes}/readyz") == (200, "ok"))
+        status, body = get(f"http://127.0.0.1:{manager.metrics.port}/metrics")
+        assert status == 200 and "controller_runtime_reconcile_total" in body
+    finally:
+        assert running.halt() == EXIT_OK
+
+
+def test_a_quiet_manager_costs_only_watches_and_lease_renewals(cluster: Cluster) -> None:
+    namespaces = [f"quiet-{i}" for i in range(5)]
+
+    async def seed() -> None:
+        api, ns_rt = cluster.server.api, cluster.server.registry.by_key("", "namespaces")
+        cm_rt = cluster.server.registry.by_key("", "configmaps")
+        assert ns_rt is not None and cm_rt is not None
+        from ome.sim.apiserver.api import WriteOptions
+
+        for ns in namespaces:
+            await api.create(ns_rt, "v1", "", {"metadata": {"name": ns}}, WriteOptions())
+            for i in range(2000):
+                await api.create(
+                    cm_rt, "v1", ns, configmap(f"cm-{i:04d}", namespace=ns), WriteOptions()
+                )
+
+    cluster.thread.call(seed)
+    manager = Manager(
+        Rest(cluster.api),
+        ManagerOptions(
+            namespace="default",
+            leader_elect=True,
+            identity="quiet",
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            **FAST,
+        ),
+        registry=CollectorRegistry(),
+    )
+    informers = [manager.informers.informer(CONFIGMAPS, namespace=ns) for ns in namespaces]
+    running = run_manager(manager)
+    try:
+        eventually(
+            lambda: manager.is_leader() and all(i.has_synced() for i in informers), timeout=60
+        )
+        assert sum(len(i.keys()) for i in informers) == 10_000
+        time.sleep(0.5)  # the watches are open
+        cluster.server.accounting.reset()
+        time.sleep(2.0)  # a quiet stretch: several lease renewals
+        requests = cluster.server.accounting.snapshot()
+        other = [r for r in requests if r["resource"] != "leases" and r["verb"] != "watch"]
+        assert other == [], json.dumps(other)
+        assert cluster.server.accounting.total("update", "leases") >= 3
+    finally:
+        running.halt()
+
+
+# -- the ome-manager process ---------------------------------------------------------------------
+
+
+def ome_manager() -> list[str]:
+    script = Path(sys.executable).parent / "ome-manager"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ome.entrypoints.manager"]
+
+
+@pytest.fixture
+def kubeconfig(cluster: Cluster) -> Path:
+    return cluster.kubeconfig
+
+
+def start_process(kubeconfig: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            *ome_manager(),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            "default",
+            "--metrics-bind-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OTEL_SDK_DISABLED": "true"},
+    )
+
+
+def identity_of(proc: subprocess.Popen[str]) -> str:
+    """The identity from the manager's first (JSON) log line."""
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        entry = json.loads(line)
+        if entry["msg"] == "starting ome-manager":
+            return str(entry["identity"])
+    raise AssertionError("the manager did not log its start")
+
+
+def holder(rest: Rest) -> str | None:
+    try:
+        return rest.get(LEASES, "ome-controller-manager", "default")["spec"].get("holderIdentity")
+    except Exception:
+        return None
+
+
+def test_a_killed_leader_process_is_replaced_within_lease_plus_retry(
+    cluster: Cluster, kubeconfig: Path
+) -> None:
+    rest = Rest(cluster.api)
+    timing = [
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "3",
+        "--leader-elect-renew-deadline",
+        "2",
+        "--leader-elect-retry-period",
+        "0.5",
+    ]
+    first = start_process(kubeconfig, *timing)
+    second = start_process(kubeconfig, *timing)
+    procs = {identity_of(first): first, identity_of(second): second}
+    try:
+        leader_id = eventually(lambda: holder(rest) if holder(rest) in procs else None, timeout=15)
+        leader = procs[leader_id]
+        last_renew = rest.get(LEASES, "ome-controller-manager", "default")["spec"]["renewTime"]
+        leader.send_signal(signal.SIGKILL)
+        leader.wait(10)
+        killed_at = time.monotonic()
+        follower_id = next(i for i in procs if i != leader_id)
+        eventually(lambda: holder(rest) == follower_id, timeout=10, interval=0.05)
+        took = time.monotonic() - killed_at
+        # Lease duration plus retry period, plus the follower's own observation lag (one
+        # jittered retry period: expiry is judged from when it last saw the record change)
+        # and half a second for process scheduling on a loaded machine.
+        bound = 3 + 0.5 + 0.5 * 1.2 + 0.5
+        assert took <= bound, f"took {took:.2f}s > {bound:.2f}s; last renew {last_renew}"
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+
+
+def test_sigterm_stops_cleanly_and_releases_the_lease(cluster: Cluster, kubeconfig: Path) -> None:
+    rest = Rest(cluster.api)
+    proc = start_process(kubeconfig, "--leader-elect", "--leader-elect-retry-period", "0.5")
+    me = identity_of(proc)
+    eventually(lambda: holder(rest) == me, timeout=15)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert holder(rest) in (None, "")
+
+
+def test_bad_flags_are_reported_clearly(kubeconfig: Path) -> None:
+    out = subprocess.run(
+        [*ome_manager(), "--metrics-bind-address", "nonsense"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "bind address 'nonsense'" in out.stderr
+    out = subprocess.run(
+        [*ome_manager()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+        },
+    )
+    assert out.returncode == 1 and "no cluster to talk to" in out.stderr
+    assert "Traceback" not in out.stderr
