@@ -154,3 +154,36 @@ def test_backoff_grows_to_its_cap_and_resets_after_a_healthy_stretch() -> None:
     assert all(base <= d <= 2 * base for d, base in zip(delays, bases, strict=True))
     now[0] += 120
     assert 1.0 <= b.next() <= 2.0
+
+
+def test_indexers_by_label_node_name_and_any_function(rest: Rest, cluster: Cluster) -> None:
+    from ome.runtime.informer import InformerFactory, index_by_label, index_by_node_name
+    from ome.runtime.rest import PODS
+    from test.sim.manifests import pod
+
+    factory = InformerFactory(rest)
+    pods = factory.informer(PODS, namespace="default")
+    assert factory.informer(PODS, namespace="default") is pods, (
+        "one informer per resource and selector"
+    )
+    assert factory.informer(PODS, namespace="default", label_selector="a=b") is not pods
+    pods.add_indexer("app", index_by_label("app"))
+    pods.add_indexer("node", index_by_node_name)
+    pods.add_indexer("first-letter", lambda o: [o["metadata"]["name"][0]])
+    factory.start()
+    try:
+        assert factory.wait_for_sync(10)
+        rest.create(PODS, pod("web-1", labels={"app": "web"}, nodeName="n1"), "default")
+        rest.create(PODS, pod("web-2", labels={"app": "web"}), "default")
+        rest.create(PODS, pod("db-1", labels={"app": "db"}, nodeName="n1"), "default")
+        eventually(lambda: len(pods.keys()) == 3)
+        assert [p["metadata"]["name"] for p in pods.by_index("app", "web")] == ["web-1", "web-2"]
+        assert pods.index_keys("node", "n1") == ["default/db-1", "default/web-1"]
+        assert pods.index_keys("first-letter", "d") == ["default/db-1"]
+        rest.patch(PODS, "web-2", {"metadata": {"labels": {"app": "db"}}}, "default")
+        eventually(lambda: pods.index_keys("app", "db") == ["default/db-1", "default/web-2"])
+        assert pods.index_keys("app", "web") == ["default/web-1"]
+        rest.delete(PODS, "db-1", "default", grace_period_seconds=0)  # no kubelet here
+        eventually(lambda: pods.index_keys("node", "n1") == ["default/web-1"])
+    finally:
+        factory.stop()

@@ -13,7 +13,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -25,7 +24,8 @@ import urllib3
 from cachetools import LRUCache
 from kubernetes.client.exceptions import ApiException
 
-from .rest import EVENTS, JSON, Rest
+from .client import Client
+from .rest import EVENTS, JSON
 
 log = logging.getLogger(__name__)
 
@@ -281,39 +281,28 @@ class EventCorrelator:
 # -- the recorder ------------------------------------------------------------------------
 
 
-class _RetryableError(Exception):
-    pass
-
-
 class EventRecorder:
     """Records Events about objects. ``event()`` queues; ``start()`` runs the writer thread;
     ``flush()`` waits for what is queued; ``stop()`` flushes, then ends the thread."""
 
     def __init__(
         self,
-        rest: Rest,
+        client: Client,
         component: str,
         host: str = "",
         clock: Callable[[], datetime] = _utc_now,
         burst: int = SPAM_BURST,
         refill_seconds: float = SPAM_REFILL_SECONDS,
         *,
-        max_tries: int = 5,
-        retry_delay: float = 0.5,
-        retry_cap: float = 10.0,
         max_queued: int = MAX_QUEUED_EVENTS,
-        rng: random.Random | None = None,
     ) -> None:
-        self._rest = rest
+        self._client = client
         self._source: JSON = {"component": component}
         if host:
             self._source["host"] = host
         self._component, self._host = component, host
         self._clock = clock
-        self._max_tries = max(1, max_tries)
-        self._retry_delay, self._retry_cap = retry_delay, retry_cap
         self._max_queued = max_queued
-        self._rng = rng or random.Random()
         self._name_lock = threading.Lock()
         self._last_ns = 0
         self._correlator = EventCorrelator(self._unique_ns, burst, refill_seconds)
@@ -455,51 +444,32 @@ class EventRecorder:
         if result is None:
             log.debug("event %s dropped by the spam filter", _describe(ev))
             return
-        for attempt in range(1, self._max_tries + 1):
-            try:
-                self._write(result)
-                return
-            except _RetryableError as e:
-                if attempt == self._max_tries or self._abort.is_set():
-                    log.error("event %s not written after %d tries: %s", _describe(ev), attempt, e)
-                    return
-                delay = min(self._retry_cap, self._retry_delay * 2 ** (attempt - 1))
-                if attempt == 1:  # spread out recorders that all lost the server at once
-                    delay *= self._rng.random()
-                log.debug("event %s not written (%s); retrying in %.2fs", _describe(ev), e, delay)
-                if self._abort.wait(delay):
-                    log.error("event %s not written: recorder stopping", _describe(ev))
-                    return
+        try:
+            self._write(result)
+        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            # The client has retried what was transient; the event is lost, the caller not.
+            reason = f"{e.status} {e.reason}" if isinstance(e, ApiException) else str(e)
+            log.error("event %s not written: %s", _describe(ev), reason)
 
     def _write(self, result: Correlated) -> None:
-        """Patch or create once; raise ``_RetryableError`` for what another try may fix."""
+        """Patch a repeat, else create; the client retries transient failures."""
         event = result.event
         namespace = event["metadata"]["namespace"]
-        try:
-            written: JSON | None = None
-            if result.patch is not None:
-                try:
-                    written = self._rest.patch(
-                        EVENTS, event["metadata"]["name"], result.patch, namespace
-                    )
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
-            if written is None:  # new, or the Event to patch expired or was deleted
-                written = self._rest.create(EVENTS, event, namespace)
-        except ApiException as e:
-            if e.status in (0, 429) or (e.status or 0) >= 500:
-                raise _RetryableError(f"{e.status} {e.reason}") from e
-            if e.status == 409:
-                log.debug("event %s already exists: not retried", _describe(event))
-            else:
-                log.error(
-                    "server rejected event %s (%s %s): not retried",
-                    _describe(event),
-                    e.status,
-                    e.reason,
+        written: JSON | None = None
+        if result.patch is not None:
+            try:
+                written = self._client.patch(
+                    EVENTS, event["metadata"]["name"], result.patch, namespace
                 )
-            return
-        except (urllib3.exceptions.HTTPError, OSError) as e:
-            raise _RetryableError(f"{type(e).__name__}: {e}") from e
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        if written is None:  # new, or the Event to patch expired or was deleted
+            try:
+                written = self._client.create(EVENTS, event, namespace)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                log.debug("event %s already exists: not retried", _describe(event))
+                return
         self._correlator.update_state(result.key, written)

@@ -81,7 +81,7 @@ class Manager:
         self.controllers.append(controller)
 
     def event_recorder(self, component: str) -> EventRecorder:
-        recorder = EventRecorder(self.rest, component, host=socket.gethostname())
+        recorder = EventRecorder(self.client, component, host=socket.gethostname())
         self._recorders.append(recorder)
         return recorder
 
