@@ -22,7 +22,7 @@ from ome.runtime.controller import Controller, ControllerMetrics
 from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
 from ome.runtime.rest import CONFIGMAPS, LEASES, Rest
 from ome.runtime.workqueue import RateLimitingQueue
-from test.conftest import Cluster
+from test.conftest import Cluster, Kubectl
 from test.helpers import eventually
 from test.sim.manifests import configmap
 
@@ -224,7 +224,8 @@ def ome_manager() -> list[str]:
 
 
 @pytest.fixture
-def kubeconfig(cluster: Cluster) -> Path:
+def kubeconfig(cluster: Cluster, kubectl: Kubectl) -> Path:
+    kubectl("apply", "-f", "config/crd/")  # the manager's controllers watch OME's kinds
     return cluster.kubeconfig
 
 

@@ -16,6 +16,7 @@ from types import FrameType
 
 from kubernetes import client, config
 
+from ome.controllers.setup import setup as setup_controllers
 from ome.runtime.logs import configure_logging
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import Rest
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             health_probe_bind_address=args.health_probe_bind_address,
         ),
     )
+    setup_controllers(manager)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -76,6 +76,8 @@ class Rest:
         # urllib3 would silently retry idempotent requests on 429/503 with Retry-After and
         # on connection errors; retries belong to the callers (Client, informers), once.
         pool = api_client.rest_client.pool_manager
+        # Informers, workers and recorders share one client: room for all their connections.
+        pool.connection_pool_kw["maxsize"] = max(pool.connection_pool_kw.get("maxsize") or 0, 64)
         pool.connection_pool_kw["retries"] = Retry(
             total=0, redirect=0, raise_on_status=False, respect_retry_after_header=False
         )

@@ -173,7 +173,8 @@ class Provider:
         self._assigned: TTLCache[str, tuple[str, ...]] = TTLCache(
             maxsize=100_000, ttl=EXPECTATION_TTL
         )
-        #: pod key -> (node, requests) of binds the informer has not shown yet
+        #: pod UID -> (node, requests) of binds the informer has not shown yet (by UID: a pod
+        #: deleted and created again under its name is a new pod)
         self._bound: TTLCache[str, tuple[str, dict[str, Decimal]]] = TTLCache(
             maxsize=100_000, ttl=EXPECTATION_TTL
         )
@@ -739,18 +740,19 @@ class Provider:
         if not self.scheduling:
             return
         pods = self.pods.list()
-        bound_now = {object_key(p) for p in pods if (p.get("spec") or {}).get("nodeName")}
+        bound_now = {p["metadata"]["uid"] for p in pods if (p.get("spec") or {}).get("nodeName")}
+        alive = {p["metadata"]["uid"] for p in pods}
         used = decide.usage(pods)
-        for key, (node_name, requests) in list(self._bound.items()):
-            if key in bound_now:
-                self._bound.pop(key, None)  # the informer shows the bind: counted above
+        for uid, (node_name, requests) in list(self._bound.items()):
+            if uid in bound_now or uid not in alive:
+                self._bound.pop(uid, None)  # the informer shows the bind, or the pod is gone
                 continue
             bucket = used.setdefault(node_name, {})
             for k, v in requests.items():
                 bucket[k] = bucket.get(k, Decimal(0)) + v
         nodes = self.nodes.list()
         pending = sorted(
-            (p for p in pods if _schedulable(p) and object_key(p) not in self._bound),
+            (p for p in pods if _schedulable(p) and p["metadata"]["uid"] not in self._bound),
             key=lambda p: (p["metadata"].get("creationTimestamp", ""), object_key(p)),
         )
         for pod in pending:
@@ -801,7 +803,7 @@ class Provider:
                     continue
                 raise
             requests = decide.pod_requests(pod)
-            self._bound[object_key(pod)] = (chosen, requests)
+            self._bound[meta["uid"]] = (chosen, requests)
             bucket = used.setdefault(chosen, {})
             for k, v in requests.items():
                 bucket[k] = bucket.get(k, Decimal(0)) + v

@@ -1,0 +1,1 @@
+"""Typed views of OME's CRDs, and the label, annotation and finalizer names. No I/O."""

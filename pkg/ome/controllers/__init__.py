@@ -1,0 +1,1 @@
+"""The controllers: decisions about OME's resources, on top of the runtime layer."""

@@ -1,0 +1,1 @@
+"""The InferenceReplica controller: Instances, their pods, revisions, holds and teardown."""

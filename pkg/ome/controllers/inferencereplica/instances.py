@@ -1,0 +1,631 @@
+"""The Instance lifecycle of an InferenceReplica (behaviour.md M1 to M4), as pure decisions.
+
+``plan`` takes what the reconciler observed (the replica's spec, its status rows, its pods,
+the holds) and returns plain data: the pods to create and delete and the new status rows.
+No I/O and no client types: the reconciler carries the plan out.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ome.api.v1beta1 import LABEL_COMPONENT, LABEL_INCARNATION, LABEL_MANAGED_BY, LABEL_RUNNER
+from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE as LABEL_ISVC
+from ome.api.v1beta1 import LABEL_INSTANCE_INDEX as LABEL_INDEX
+from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
+from ome.api.v1beta1 import LABEL_REVISION_HASH as LABEL_REVISION
+from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
+
+JSON = dict[str, Any]
+
+#: The replica's own name on its pods and revisions, so they map back to it.
+LABEL_REPLICA = "ome.io/inferencereplica"
+
+RUNNERS = ("default", "leader", "worker")
+
+
+def rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Go-style durations: ``10m``, ``1h30m``, ``45s``, ``500ms``. ValueError otherwise."""
+    pos, total = 0, 0.0
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * scale[m.group(2)]
+        pos = m.end()
+    if not text or pos != len(text):
+        raise ValueError(f'invalid duration "{text}": want e.g. 30s, 10m, 1h30m')
+    return timedelta(seconds=total)
+
+
+# -- revisions and pods ----------------------------------------------------------------------
+
+
+def revision_hash(runners: list[JSON]) -> str:
+    """M3: the hash covers the runners' pod templates (and sizes); any change rolls."""
+    canonical = json.dumps(runners, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def multi_pod(runners: list[JSON]) -> bool:
+    return any(r.get("name") in ("leader", "worker") for r in runners)
+
+
+@dataclass(frozen=True)
+class PodSlot:
+    """One pod an Instance wants: its runner, ordinal within the runner, and template."""
+
+    runner: str
+    ordinal: int
+    template: JSON
+
+
+def pod_slots(runners: list[JSON], active_ordinal: int = 0) -> list[PodSlot]:
+    """B7/M2: ``default`` is one pod (at the active ordinal); ``leader`` one; ``worker``
+    ``size`` pods, ordinals 0..size-1."""
+    slots: list[PodSlot] = []
+    for runner in runners:
+        name = runner.get("name", "default")
+        template = runner.get("template") or {}
+        if name == "default":
+            slots.append(PodSlot("default", active_ordinal, template))
+        elif name == "leader":
+            slots.append(PodSlot("leader", 0, template))
+        elif name == "worker":
+            slots.extend(
+                PodSlot("worker", i, template) for i in range(int(runner.get("size") or 0))
+            )
+    return slots
+
+
+def pod_name(replica: str, index: int, runner: str, ordinal: int) -> str:
+    return f"{replica}-{index}-{runner}-{ordinal}"
+
+
+def build_pod(replica: JSON, index: int, slot: PodSlot, revision: str, incarnation: int) -> JSON:
+    """A pod of an Instance: the runner's template, named and labelled as M2 says, and
+    owned by the replica."""
+    meta = replica["metadata"]
+    template = copy.deepcopy(slot.template)
+    tmeta = template.get("metadata") or {}
+    labels = dict(tmeta.get("labels") or {})
+    labels.update(
+        {
+            LABEL_ISVC: (meta.get("labels") or {}).get(LABEL_ISVC, ""),
+            LABEL_COMPONENT: str((replica.get("spec") or {}).get("component", "")),
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_REPLICA: meta["name"],
+            LABEL_INDEX: str(index),
+            LABEL_RUNNER: slot.runner,
+            LABEL_REVISION: revision,
+            LABEL_ORDINAL: str(slot.ordinal),
+            LABEL_INCARNATION: str(incarnation),
+        }
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(meta["name"], index, slot.runner, slot.ordinal),
+            "namespace": meta["namespace"],
+            "labels": {k: v for k, v in labels.items() if v != ""},
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": replica.get("apiVersion", "ome.io/v1beta1"),
+                    "kind": "InferenceReplica",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template.get("spec") or {},
+    }
+
+
+# -- observed pods ---------------------------------------------------------------------------
+
+
+def pod_ready(pod: JSON) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return False
+
+
+def pod_failed(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Failed"
+
+
+def failure_of(pod: JSON, now: datetime) -> JSON:
+    """M1 ``lastFailure`` from a failed pod: its first terminated container, if any."""
+    status = pod.get("status") or {}
+    container, reason, exit_code, message = "", status.get("reason") or "PodFailed", None, ""
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            container = cs.get("name", "")
+            reason = term.get("reason") or reason
+            exit_code = term.get("exitCode")
+            message = term.get("message") or ""
+            break
+    return {
+        "podName": pod["metadata"]["name"],
+        "containerName": container,
+        "reason": reason,
+        "exitCode": exit_code,
+        "message": message or status.get("message") or f"pod {pod['metadata']['name']} failed",
+        "time": rfc3339(now),
+    }
+
+
+def index_of(pod: JSON) -> int | None:
+    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_INDEX)
+    return int(raw) if raw is not None and raw.isdigit() else None
+
+
+# -- the plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why an Instance's pods are withheld: a waiting token (e.g. ``CapacityProvisioning``)
+    and the message recorded as its last failure."""
+
+    token: str
+    message: str
+
+
+#: (replica, instance index, the pods about to be created) -> a hold, or None to go ahead.
+HoldFunc = Callable[[JSON, int, list[JSON]], Hold | None]
+
+
+@dataclass
+class Plan:
+    """What the reconciler must do: create and delete pods (deletes carry the UID they were
+    decided on), then write ``rows`` as ``status.instanceStatuses``."""
+
+    create: list[JSON] = field(default_factory=list)
+    delete: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
+    rows: list[JSON] = field(default_factory=list)
+    requeue_after: float | None = None
+    #: Pods of this replica the cache shows gone or failed, to confirm live before a restart.
+    suspects: list[str] = field(default_factory=list)
+
+    def wake_in(self, seconds: float) -> None:
+        seconds = max(seconds, 0.05)
+        self.requeue_after = (
+            seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+        )
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything ``plan`` looks at, as plain values."""
+
+    replica: JSON
+    pods: list[JSON]  # this replica's pods, from the cache
+    now: datetime
+    #: pods we created that the cache does not show yet, and pods we deleted that it still does
+    expected_new: frozenset[str] = frozenset()
+    confirmed_gone: frozenset[str] = frozenset()  # live reads found these pods absent
+    holds: tuple[HoldFunc, ...] = ()
+
+
+def _operation(
+    kind: str, revision: str, now: datetime, deadline: datetime | None, seq: int
+) -> JSON:
+    return {
+        "id": f"{kind.lower()}-{seq}",
+        "type": kind,
+        "step": "CreatePods",
+        "startedAt": rfc3339(now),
+        "lastProgressAt": rfc3339(now),
+        "deadline": rfc3339(deadline) if deadline else None,
+        "retryCount": 0,
+        "targetRevision": revision,
+        "reason": "",
+        "waiting": None,
+        "capacityRefusedAt": None,
+        "surgeIndex": None,
+    }
+
+
+def _new_row(index: int, revision: str, now: datetime, timeout: timedelta | None) -> JSON:
+    return {
+        "index": index,
+        "incarnation": 0,
+        "phase": "Creating",
+        "runningRevision": "",
+        "targetRevision": revision,
+        "podCount": 0,
+        "servingPodCount": 0,
+        "availablePodCount": 0,
+        "readySince": None,
+        "activeOrdinal": 0,
+        "operation": _operation("Create", revision, now, now + timeout if timeout else None, 0),
+        "lastFailure": None,
+    }
+
+
+def plan(obs: Observed) -> Plan:
+    """Decide every Instance of the replica: create, hold, update (surge), restart, scale."""
+    replica = obs.replica
+    spec = replica.get("spec") or {}
+    runners = list(spec.get("runners") or [])
+    revision = revision_hash(runners)
+    desired = max(0, int(spec.get("replicas") or 0))
+    timeout_text = (spec.get("lifecycle") or {}).get("instanceReadyTimeout")
+    timeout = parse_duration(timeout_text) if timeout_text else None
+    multi = multi_pod(runners)
+
+    by_index: dict[int, list[JSON]] = {}
+    for pod in obs.pods:
+        idx = index_of(pod)
+        if idx is not None:
+            by_index.setdefault(idx, []).append(pod)
+    rows = {
+        int(r["index"]): copy.deepcopy(r)
+        for r in (replica.get("status") or {}).get("instanceStatuses") or []
+    }
+    out = Plan()
+
+    # Scale: keep the lowest ``desired`` indexes; add missing ones at the lowest free index.
+    surge_targets = {
+        int(r["operation"]["surgeIndex"])
+        for r in rows.values()
+        if r.get("operation") and r["operation"].get("surgeIndex") is not None
+    }
+    live = sorted(rows)
+    keep = live[:desired]
+    for index in live[desired:]:  # scale down, highest first: they all go
+        row = rows.pop(index)
+        for pod in by_index.get(index, []) + _surge_pods(row, by_index):
+            out.delete.append((pod["metadata"]["name"], pod["metadata"]["uid"]))
+        if by_index.get(index) or _surge_pods(row, by_index):
+            row["phase"] = "Deleting"
+            row["operation"] = _operation("Delete", revision, obs.now, None, _seq(row))
+            out.rows.append(row)
+    taken = set(keep) | surge_targets
+    candidate = 0
+    while len(keep) < desired:
+        while candidate in taken:
+            candidate += 1
+        rows[candidate] = _new_row(candidate, revision, obs.now, timeout)
+        keep.append(candidate)
+        taken.add(candidate)
+    # Pods at indexes no row owns (and no surge targets): strays from an older state.
+    owned = set(keep) | surge_targets | {r["index"] for r in out.rows}
+    for index, pods in by_index.items():
+        if index not in owned:
+            out.delete.extend((p["metadata"]["name"], p["metadata"]["uid"]) for p in pods)
+
+    for index in sorted(keep):
+        row = rows[index]
+        if (row.get("operation") or {}).get("type") == "Delete":
+            # Scaled down, then up again before its pods were gone: start it afresh.
+            row = rows[index] = _new_row(index, revision, obs.now, timeout)
+        _plan_instance(obs, out, row, by_index, runners, revision, timeout, multi, taken)
+        out.rows.append(row)
+    out.rows.sort(key=lambda r: int(r["index"]))
+    return out
+
+
+def _seq(row: JSON) -> int:
+    op = row.get("operation") or {}
+    raw = str(op.get("id", "x-0")).rsplit("-", 1)[-1]
+    return (int(raw) if raw.isdigit() else 0) + 1
+
+
+def _surge_pods(row: JSON, by_index: Mapping[int, list[JSON]]) -> list[JSON]:
+    op = row.get("operation") or {}
+    surge = op.get("surgeIndex")
+    return list(by_index.get(int(surge), [])) if surge is not None else []
+
+
+def _counts(row: JSON, pods: Iterable[JSON]) -> None:
+    pods = list(pods)
+    row["podCount"] = len(pods)
+    ready = sum(1 for p in pods if pod_ready(p))
+    row["servingPodCount"] = ready
+    row["availablePodCount"] = ready
+
+
+def _plan_instance(
+    obs: Observed,
+    out: Plan,
+    row: JSON,
+    by_index: Mapping[int, list[JSON]],
+    runners: list[JSON],
+    revision: str,
+    timeout: timedelta | None,
+    multi: bool,
+    taken: set[int],
+) -> None:
+    index = int(row["index"])
+    replica, now = obs.replica, obs.now
+    pods = [p for p in by_index.get(index, []) if not p["metadata"].get("deletionTimestamp")]
+    mine = {p["metadata"]["name"]: p for p in pods}
+    op = row.get("operation")
+
+    # A pod failed, or vanished from an Instance that had it: rebuild the Instance.
+    lost = _lost_pod(obs, row, index, pods, runners)
+    if lost is not None:
+        failure, doomed = lost
+        row["incarnation"] = int(row.get("incarnation", 0)) + 1
+        row["lastFailure"] = failure
+        row["phase"] = "Restarting"
+        row["readySince"] = None
+        row["operation"] = _operation(
+            "Restart", revision, now, now + timeout if timeout else None, _seq(row)
+        )
+        for pod in doomed + _surge_pods(row, by_index):
+            out.delete.append((pod["metadata"]["name"], pod["metadata"]["uid"]))
+        _counts(row, [])
+        out.wake_in(0.5)
+        return
+
+    running = row.get("runningRevision") or ""
+    if row.get("phase") == "Ready" and running != revision and op is None:
+        row["phase"] = "Updating"
+        op = row["operation"] = _operation(
+            "Update", revision, now, now + timeout if timeout else None, _seq(row)
+        )
+        if multi:
+            surge = 0
+            while surge in taken:
+                surge += 1
+            taken.add(surge)
+            op["surgeIndex"] = surge
+    row["targetRevision"] = revision
+
+    if op is not None and op.get("type") == "Update":
+        _plan_update(obs, out, row, op, by_index, runners, revision, timeout, multi)
+        return
+
+    # Create or Restart: the pods of the Instance's active ordinal at the target revision.
+    wanted = [
+        build_pod(replica, index, slot, revision, int(row.get("incarnation", 0)))
+        for slot in pod_slots(runners, int(row.get("activeOrdinal", 0)))
+    ]
+    missing = [p for p in wanted if p["metadata"]["name"] not in mine]
+    present = [mine[p["metadata"]["name"]] for p in wanted if p["metadata"]["name"] in mine]
+    stale = [p for name, p in mine.items() if name not in {w["metadata"]["name"] for w in wanted}]
+    out.delete.extend((p["metadata"]["name"], p["metadata"]["uid"]) for p in stale)
+    _counts(row, present)
+    if op is None and not missing and all(pod_ready(p) for p in present):
+        return  # a steady Ready Instance
+    if op is None:
+        # A Ready Instance lost readiness without losing pods: it waits, no new operation.
+        row["phase"] = "Ready" if all(pod_ready(p) for p in present) else "Creating"
+        return
+    terminating = {
+        p["metadata"]["name"]
+        for p in by_index.get(index, [])
+        if p["metadata"].get("deletionTimestamp")
+    }
+    to_create = [
+        p
+        for p in missing
+        if p["metadata"]["name"] not in obs.expected_new
+        and p["metadata"]["name"] not in terminating
+    ]
+    if terminating & {p["metadata"]["name"] for p in missing}:
+        out.wake_in(1.0)  # a pod of the same name is still going away
+    if missing:
+        hold = _first_hold(obs, index, missing)
+        if hold is not None:
+            _park(row, op, hold, missing[0]["metadata"]["name"], now)
+            out.wake_in(5.0)
+            return
+        _unpark(row, op, now, timeout)
+        out.create.extend(to_create)
+        op["step"] = "WaitReady"
+        _deadline(out, row, op, now)
+        return
+    _unpark(row, op, now, timeout)
+    if all(pod_ready(p) for p in present):
+        row["phase"] = "Ready"
+        row["readySince"] = rfc3339(now)
+        row["runningRevision"] = revision
+        row["operation"] = None
+        return
+    op["step"] = "WaitReady"
+    _deadline(out, row, op, now)
+
+
+def _plan_update(
+    obs: Observed,
+    out: Plan,
+    row: JSON,
+    op: JSON,
+    by_index: Mapping[int, list[JSON]],
+    runners: list[JSON],
+    revision: str,
+    timeout: timedelta | None,
+    multi: bool,
+) -> None:
+    """M4: bring the new pods up beside the old ones, then retire the old ones."""
+    index, now, replica = int(row["index"]), obs.now, obs.replica
+    incarnation = int(row.get("incarnation", 0))
+    if multi:
+        target_index = int(op["surgeIndex"])
+        ordinal = 0
+    else:
+        target_index = index
+        ordinal = 1 - int(row.get("activeOrdinal", 0))
+    wanted = [
+        build_pod(replica, target_index, slot, revision, incarnation)
+        for slot in pod_slots(runners, ordinal)
+    ]
+    current = {
+        p["metadata"]["name"]: p
+        for p in by_index.get(target_index, [])
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    missing = [p for p in wanted if p["metadata"]["name"] not in current]
+    present = [current[p["metadata"]["name"]] for p in wanted if p["metadata"]["name"] in current]
+    old = [
+        p
+        for p in by_index.get(index, [])
+        if p["metadata"]["name"] not in {w["metadata"]["name"] for w in wanted}
+    ]
+    if missing:
+        hold = _first_hold(obs, target_index, missing)
+        if hold is not None:
+            _park(row, op, hold, missing[0]["metadata"]["name"], now)
+            out.wake_in(5.0)
+            return
+        _unpark(row, op, now, timeout)
+        out.create.extend(p for p in missing if p["metadata"]["name"] not in obs.expected_new)
+        op["step"] = "SurgePods"
+        _deadline(out, row, op, now)
+        return
+    _unpark(row, op, now, timeout)
+    if not all(pod_ready(p) for p in present):
+        op["step"] = "WaitReady"
+        _deadline(out, row, op, now)
+        return
+    # The new pods serve: the old ones go, and the Instance moves to them.
+    out.delete.extend(
+        (p["metadata"]["name"], p["metadata"]["uid"])
+        for p in old
+        if not p["metadata"].get("deletionTimestamp")
+    )
+    if multi:
+        row["index"] = target_index
+    else:
+        row["activeOrdinal"] = ordinal
+    row["phase"] = "Ready"
+    row["runningRevision"] = revision
+    row["readySince"] = rfc3339(now)
+    row["operation"] = None
+    _counts(row, present)
+
+
+def _lost_pod(
+    obs: Observed, row: JSON, index: int, pods: list[JSON], runners: list[JSON]
+) -> tuple[JSON, list[JSON]] | None:
+    """A failed pod, or a pod the Instance had that is now confirmed gone."""
+    for pod in pods:
+        if pod_failed(pod):
+            return failure_of(pod, obs.now), pods
+    if (
+        row.get("phase") not in ("Ready", "Updating")
+        and (row.get("operation") or {}).get("step") != "WaitReady"
+    ):
+        return None
+    wanted = {
+        pod_name(obs.replica["metadata"]["name"], index, s.runner, s.ordinal)
+        for s in pod_slots(runners, int(row.get("activeOrdinal", 0)))
+    }
+    names = {p["metadata"]["name"] for p in pods}
+    for name in sorted(wanted - names):
+        if name in obs.confirmed_gone:
+            failure = {
+                "podName": name,
+                "containerName": "",
+                "reason": "PodDeleted",
+                "exitCode": None,
+                "message": f"pod {name} of instance {index} was deleted",
+                "time": rfc3339(obs.now),
+            }
+            return failure, pods
+    return None
+
+
+def suspects(obs: Observed) -> list[str]:
+    """Pods a Ready or starting Instance should have that the cache does not show (and we
+    did not just create): the reconciler confirms each with a live read."""
+    replica = obs.replica
+    runners = list((replica.get("spec") or {}).get("runners") or [])
+    names = {p["metadata"]["name"] for p in obs.pods if not p["metadata"].get("deletionTimestamp")}
+    out: list[str] = []
+    for row in (replica.get("status") or {}).get("instanceStatuses") or []:
+        op = row.get("operation") or {}
+        if row.get("phase") not in ("Ready", "Updating") and op.get("step") != "WaitReady":
+            continue
+        for slot in pod_slots(runners, int(row.get("activeOrdinal", 0))):
+            name = pod_name(
+                replica["metadata"]["name"], int(row["index"]), slot.runner, slot.ordinal
+            )
+            if name not in names and name not in obs.expected_new:
+                out.append(name)
+    return sorted(out)
+
+
+def _first_hold(obs: Observed, index: int, pods: list[JSON]) -> Hold | None:
+    for hold in obs.holds:
+        result = hold(obs.replica, index, pods)
+        if result is not None:
+            return result
+    return None
+
+
+def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> None:
+    """E7/E8: the operation waits on the token, its deadline parked (null)."""
+    op["waiting"] = hold.token
+    op["deadline"] = None
+    message = f"{hold.token}: pod {pod} is withheld until its capacity is ready: {hold.message}"
+    previous = row.get("lastFailure") or {}
+    keep_time = previous.get("reason") == hold.token and previous.get("message") == message
+    row["lastFailure"] = {
+        "podName": pod,
+        "containerName": "",
+        "reason": hold.token,
+        "exitCode": None,
+        "message": message,
+        "time": previous.get("time") if keep_time else rfc3339(now),
+    }
+
+
+def _unpark(row: JSON, op: JSON, now: datetime, timeout: timedelta | None) -> None:
+    """A hold ends: the deadline runs from now (the wait never counts against readiness)."""
+    if op.get("waiting"):
+        op["waiting"] = None
+        op["deadline"] = rfc3339(now + timeout) if timeout else None
+        op["lastProgressAt"] = rfc3339(now)
+
+
+def _deadline(out: Plan, row: JSON, op: JSON, now: datetime) -> None:
+    deadline = parse_time(op.get("deadline"))
+    if deadline is None or op.get("reason") == "InstanceReadyTimeout":
+        return
+    left = (deadline - now).total_seconds()
+    if left > 0:
+        out.wake_in(left)
+        return
+    row["phase"] = "Failed"
+    op["reason"] = "InstanceReadyTimeout"
+    row["lastFailure"] = {
+        "podName": "",
+        "containerName": "",
+        "reason": "InstanceReadyTimeout",
+        "exitCode": None,
+        "message": f"instance {row['index']} was not ready by its deadline {op.get('deadline')}",
+        "time": rfc3339(now),
+    }

@@ -1,0 +1,371 @@
+"""The OMENative chain on the embedded cluster with the simulated provider's static pool,
+scheduler and kubelet: InferenceService -> InferenceReplica -> Instances -> pods."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry
+
+from ome.api.v1beta1 import (
+    CLUSTER_SERVING_RUNTIMES,
+    CONTROLLER_REVISIONS,
+    INFERENCE_REPLICAS,
+    INFERENCE_SERVICES,
+)
+from ome.controllers.inferencereplica.controller import Hooks
+from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.setup import setup
+from ome.runtime.manager import Manager, ManagerOptions
+from ome.runtime.rest import NAMESPACES, PODS, Rest
+from ome.sim.gke.model import parse_pools
+from ome.sim.gke.provider import Options, Provider, install_slice_crd
+from test.conftest import Cluster, Kubectl
+from test.helpers import eventually, gone
+
+JSON = dict[str, Any]
+NS = "qwen3-tpu"
+TPU = {
+    "cloud.google.com/gke-tpu-accelerator": "tpu7x",
+    "cloud.google.com/gke-tpu-topology": "2x2x1",
+}
+TOLERATION = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
+RUNTIME = {
+    "apiVersion": "ome.io/v1beta1",
+    "kind": "ClusterServingRuntime",
+    "metadata": {"name": "srt-qwen3-tpu"},
+    "spec": {
+        "supportedModelFormats": [{"name": "safetensors", "autoSelect": True}],
+        "engineConfig": {
+            "runner": {
+                "name": "ome-container",
+                "image": "registry.example/sglang-tpu:v1",
+                "args": ["--model-path", "/mnt/models"],
+            }
+        },
+    },
+}
+MODEL = {
+    "apiVersion": "ome.io/v1beta1",
+    "kind": "ClusterBaseModel",
+    "metadata": {"name": "qwen3-0-6b"},
+    "spec": {
+        "modelFormat": {"name": "safetensors"},
+        "storage": {"storageUri": "hf://Qwen/Qwen3-0.6B"},
+    },
+}
+
+
+def isvc(name: str = "qwen3-tpu", **engine: Any) -> JSON:
+    """The guide's Step 2 InferenceService, without the opt-in annotation."""
+    component = {
+        "minReplicas": 1,
+        "maxReplicas": 1,
+        "nodeSelector": dict(TPU),
+        "tolerations": copy.deepcopy(TOLERATION),
+        "runner": {
+            "name": "ome-container",
+            "resources": {"requests": {"google.com/tpu": 4}, "limits": {"google.com/tpu": 4}},
+        },
+    }
+    component.update(engine)
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "deploymentMode": "OMENative",
+            "model": {"name": "qwen3-0-6b"},
+            "runtime": {"name": "srt-qwen3-tpu"},
+            "engine": component,
+        },
+    }
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    rest: Rest
+    kubectl: Kubectl
+    holds: dict[int, str]
+
+    def apply(self, obj: JSON) -> None:
+        self.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+    def pods(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.rest.list(PODS, NS)["items"])
+
+    def replica(self, name: str = "qwen3-tpu-engine") -> JSON:
+        return self.rest.get(INFERENCE_REPLICAS, name, NS)
+
+    def rows(self, name: str = "qwen3-tpu-engine") -> list[JSON]:
+        try:
+            replica = self.replica(name)
+        except ApiException as e:
+            if e.status == 404:
+                return []  # not projected yet
+            raise
+        return list((replica.get("status") or {}).get("instanceStatuses") or [])
+
+    def ready(self, name: str = "qwen3-tpu-engine", count: int = 1) -> bool:
+        rows = self.rows(name)
+        return len(rows) == count and all(r["phase"] == "Ready" for r in rows)
+
+    def condition(self, name: str, ctype: str) -> JSON | None:
+        obj = self.rest.get(INFERENCE_SERVICES, name, NS)
+        return next(
+            (c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype),
+            None,
+        )
+
+
+@pytest.fixture
+def env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
+    kubectl("apply", "-f", "config/crd/")
+    rest = Rest(cluster.api)
+    install_slice_crd(rest)
+    provider = Provider(
+        rest, parse_pools(["tpu7x:static:4"]), Options(heartbeat_interval=5, scheduler="on")
+    )
+    provider.start()
+    holds: dict[int, str] = {}
+
+    def test_hold(replica: JSON, index: int, pods: list[JSON]) -> Hold | None:
+        token = holds.get(index)
+        return Hold(token, "a test holds it") if token else None
+
+    manager = Manager(
+        rest,
+        ManagerOptions(
+            namespace="default", metrics_bind_address="0", health_probe_bind_address="0"
+        ),
+        registry=CollectorRegistry(),
+    )
+    setup(manager, Hooks(holds=[test_hold]))
+    stop = threading.Event()
+    thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
+    thread.start()
+    rest.create(NAMESPACES, {"metadata": {"name": NS}})
+    e = Env(cluster, rest, kubectl, holds)
+    e.apply(RUNTIME)
+    e.apply(MODEL)
+    try:
+        yield e
+    finally:
+        stop.set()
+        thread.join(30)
+        provider.stop()
+
+
+def test_the_guides_service_runs_one_pod_and_becomes_ready(env: Env) -> None:
+    env.apply(isvc())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    assert pod["spec"]["nodeSelector"] == TPU
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"][
+        "tolerations"
+    ]
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == "registry.example/sglang-tpu:v1", (
+        "the runtime's image is merged in"
+    )
+    assert container["resources"]["limits"]["google.com/tpu"] in (4, "4")
+    assert pod["status"]["phase"] == "Running"
+    labels = pod["metadata"]["labels"]
+    assert labels["ome.io/inferenceservice"] == "qwen3-tpu" and labels["component"] == "engine"
+    assert labels["ome.io/managed-by"] == "OMENative" and labels["ome.io/instance-index"] == "0"
+    assert labels["ome.io/runner"] == "default" and labels["ome.io/pod-ordinal"] == "0"
+    assert labels["ome.io/revision-hash"]
+    out = env.kubectl("get", "inferencereplica", "-n", NS).stdout.splitlines()
+    assert out[0].split() == [
+        "NAME",
+        "COMPONENT",
+        "DESIRED",
+        "CURRENT",
+        "READY",
+        "AVAILABLE",
+        "AGE",
+    ]
+    assert out[1].split()[:6] == ["qwen3-tpu-engine", "engine", "1", "1", "1", "1"]
+    revisions = env.rest.list(CONTROLLER_REVISIONS, NS)["items"]
+    assert len(revisions) == 1
+
+
+def test_a_leader_and_a_worker_form_one_instance(env: Env) -> None:
+    env.apply(isvc(leader={}, worker={"size": 1}))
+    eventually(env.ready, timeout=60)
+    assert env.pods() == ["qwen3-tpu-engine-0-leader-0", "qwen3-tpu-engine-0-worker-0"]
+
+
+def test_a_single_pod_update_surges_at_the_other_ordinal(env: Env) -> None:
+    env.apply(isvc())
+    eventually(env.ready, timeout=60)
+    changed = isvc()
+    changed["spec"]["engine"]["runner"]["image"] = "registry.example/sglang-tpu:v2"
+    env.apply(changed)
+    eventually(lambda: "qwen3-tpu-engine-0-default-1" in env.pods(), timeout=30)
+    eventually(lambda: env.pods() == ["qwen3-tpu-engine-0-default-1"], timeout=60)
+    eventually(lambda: env.ready() and env.rows()[0]["activeOrdinal"] == 1, timeout=30)
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-1", NS)
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/sglang-tpu:v2"
+
+
+def test_a_multi_pod_update_surges_to_a_new_index(env: Env) -> None:
+    env.apply(isvc(leader={}, worker={"size": 1}))
+    eventually(env.ready, timeout=60)
+    changed = isvc(leader={}, worker={"size": 1})
+    changed["spec"]["engine"]["runner"]["image"] = "registry.example/sglang-tpu:v2"
+    env.apply(changed)
+    eventually(lambda: "qwen3-tpu-engine-1-leader-0" in env.pods(), timeout=30)
+    eventually(
+        lambda: env.pods() == ["qwen3-tpu-engine-1-leader-0", "qwen3-tpu-engine-1-worker-0"],
+        timeout=60,
+    )
+    eventually(lambda: env.ready() and env.rows()[0]["index"] == 1, timeout=30)
+
+
+def scaled(replicas: int) -> JSON:
+    svc = isvc()
+    svc["spec"]["engine"].update(minReplicas=replicas, maxReplicas=replicas)
+    return svc
+
+
+def test_scaling_up_and_down_keeps_the_lowest_indexes(env: Env) -> None:
+    env.apply(isvc())
+    eventually(env.ready, timeout=60)
+    env.apply(scaled(3))
+    eventually(lambda: env.ready(count=3), timeout=60)
+    assert [r["index"] for r in env.rows()] == [0, 1, 2]
+    env.apply(scaled(1))
+    eventually(
+        lambda: env.ready(count=1) and env.pods() == ["qwen3-tpu-engine-0-default-0"], timeout=60
+    )
+    assert [r["index"] for r in env.rows()] == [0]
+
+
+def test_kubectl_scale_moves_replicas_within_min_and_max(env: Env) -> None:
+    svc = isvc()
+    svc["spec"]["engine"].update(minReplicas=1, maxReplicas=2)
+    env.apply(svc)
+    eventually(env.ready, timeout=60)
+    env.kubectl("scale", "inferencereplica", "qwen3-tpu-engine", "-n", NS, "--replicas=2")
+    eventually(lambda: env.ready(count=2), timeout=60)
+    env.kubectl("scale", "inferencereplica", "qwen3-tpu-engine", "-n", NS, "--replicas=5")
+    eventually(lambda: env.replica()["spec"]["replicas"] == 2, timeout=30)  # held at maxReplicas
+
+
+def test_deleting_the_service_or_its_namespace_leaves_nothing(env: Env) -> None:
+    env.apply(isvc())
+    eventually(env.ready, timeout=60)
+    env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--timeout=60s")
+    eventually(lambda: gone(env.replica) and env.pods() == [], timeout=60)
+    env.apply(isvc("second"))
+    eventually(lambda: env.ready("second-engine"), timeout=60)
+    env.kubectl("delete", "namespace", NS, "--timeout=90s")
+    eventually(lambda: gone(lambda: env.rest.get(NAMESPACES, NS)), timeout=60)
+
+
+def test_a_hold_parks_the_deadline_and_its_release_restarts_it(env: Env) -> None:
+    env.holds[0] = "TestHold"
+    svc = isvc()
+    env.apply(svc)
+    replica = eventually(lambda: env.rows() and env.replica(), timeout=30)
+    env.rest.patch(
+        INFERENCE_REPLICAS,
+        "qwen3-tpu-engine",
+        {"spec": {"lifecycle": {"instanceReadyTimeout": "10m"}}},
+        NS,
+    )
+    held = eventually(
+        lambda: (
+            (r := env.rows())
+            and r[0]["operation"]
+            and r[0]["operation"]["waiting"] == "TestHold"
+            and r[0]
+        ),
+        timeout=30,
+    )
+    assert held["operation"]["deadline"] is None, "parked while held"
+    assert held["lastFailure"]["reason"] == "TestHold"
+    assert held["lastFailure"]["podName"] == "qwen3-tpu-engine-0-default-0"
+    assert env.pods() == [], "the pods are withheld"
+    del env.holds[0]
+    env.rest.patch(
+        INFERENCE_REPLICAS, "qwen3-tpu-engine", {"metadata": {"annotations": {"poke": "1"}}}, NS
+    )
+    running = eventually(
+        lambda: (r := env.rows()) and r[0]["operation"] and r[0]["operation"]["deadline"] and r[0],
+        timeout=30,
+    )
+    assert running["operation"]["waiting"] is None
+    assert replica is not None
+
+
+def test_a_killed_pod_rebuilds_its_instance(env: Env) -> None:
+    env.apply(isvc())
+    eventually(env.ready, timeout=60)
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    env.rest.delete(PODS, pod["metadata"]["name"], NS, grace_period_seconds=0)
+    row = eventually(lambda: (r := env.rows()) and r[0]["incarnation"] == 1 and r[0], timeout=30)
+    assert row["lastFailure"]["podName"] == "qwen3-tpu-engine-0-default-0"
+    eventually(env.ready, timeout=60)
+    new = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    assert new["metadata"]["uid"] != pod["metadata"]["uid"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "text"),
+    [
+        (
+            {"runtime": {"name": "no-such-runtime"}},
+            "RuntimeNotFound",
+            'runtime "no-such-runtime" not found',
+        ),
+        (
+            {"deploymentMode": "RawDeployment"},
+            "UnsupportedDeploymentMode",
+            'deploymentMode "RawDeployment" is not supported',
+        ),
+    ],
+)
+def test_bad_service_specs_get_a_clear_condition(
+    env: Env, change: JSON, reason: str, text: str
+) -> None:
+    svc = isvc()
+    svc["spec"].update(change)
+    env.apply(svc)
+    cond = eventually(lambda: env.condition("qwen3-tpu", "Ready"), timeout=30)
+    assert cond["status"] == "False" and cond["reason"] == reason and text in cond["message"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "text"),
+    [
+        ({"leader": {}, "worker": {"size": -1}}, "worker.size must be a whole number >= 0, not -1"),
+        ({"runner": None}, "no runner"),
+    ],
+)
+def test_bad_components_get_a_clear_condition_and_event(env: Env, engine: JSON, text: str) -> None:
+    svc = isvc(**engine)
+    if engine.get("runner", "keep") is None:
+        del svc["spec"]["engine"]["runner"]
+        env.rest.patch(
+            CLUSTER_SERVING_RUNTIMES, "srt-qwen3-tpu", {"spec": {"engineConfig": {"runner": None}}}
+        )
+    env.apply(svc)
+    cond = eventually(lambda: env.condition("qwen3-tpu", "EngineReady"), timeout=30)
+    assert cond["status"] == "False" and text in cond["message"]
+    events = env.kubectl("get", "events", "-n", NS, "--field-selector", "reason=InvalidSpec").stdout
+    assert text.split(":", maxsplit=1)[0] in events or "InvalidSpec" in events
+    time.sleep(0.5)
+    assert env.condition("qwen3-tpu", "Ready")["status"] == "False"
