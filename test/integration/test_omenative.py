@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +26,14 @@ from ome.api.v1beta1 import (
 from ome.controllers.inferencereplica.controller import Hooks
 from ome.controllers.inferencereplica.instances import Hold
 from ome.controllers.setup import setup
+from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, PODS, Rest
 from ome.sim.gke.model import parse_pools
 from ome.sim.gke.provider import Options, Provider, install_slice_crd
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually, gone
+from test.sim.test_admission import WebhookServer, config, deny, webhook
 
 JSON = dict[str, Any]
 NS = "qwen3-tpu"
@@ -369,3 +373,51 @@ def test_bad_components_get_a_clear_condition_and_event(env: Env, engine: JSON, 
     assert text.split(":", maxsplit=1)[0] in events or "InvalidSpec" in events
     time.sleep(0.5)
     assert env.condition("qwen3-tpu", "Ready")["status"] == "False"
+
+
+def test_a_refused_replica_write_is_a_component_reconcile_error(env: Env) -> None:
+    ca = generate_ca("test-ca")
+    server = WebhookServer(
+        issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), Path(tempfile.mkdtemp())
+    )
+    server.start()
+    try:
+        server.responders["/deny"] = deny(
+            {"message": "pods cannot be placed on a provisioned slice: nope"}
+        )
+        hook = webhook(
+            "irep.ome.io",
+            f"https://127.0.0.1:{server.port}/deny",
+            ca,
+            rules=[
+                {
+                    "operations": ["CREATE", "UPDATE"],
+                    "apiGroups": ["ome.io"],
+                    "apiVersions": ["v1beta1"],
+                    "resources": ["inferencereplicas"],
+                }
+            ],
+        )
+        env.apply(config("irep", hook))
+        env.apply(isvc())
+        out = eventually(
+            lambda: env.kubectl(
+                "get",
+                "events",
+                "-n",
+                NS,
+                "--field-selector",
+                "reason=ComponentReconcileError",
+                "-o",
+                'jsonpath={range .items[*]}{.message}{"\\n"}{end}',
+            ).stdout.strip(),
+            timeout=30,
+        )
+        assert out.splitlines()[0].endswith(
+            'admission webhook "irep.ome.io" denied the request: '
+            "pods cannot be placed on a provisioned slice: nope"
+        )
+        cond = eventually(lambda: env.condition("qwen3-tpu", "EngineReady"), timeout=30)
+        assert cond["reason"] == "ComponentReconcileError"
+    finally:
+        server.stop()
