@@ -19,6 +19,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python -m ome.api.crdgen --check config/crd
 
 test: setup lint
 	$(BIN)/python -m pytest
