@@ -1,7 +1,12 @@
 """Wires the OMENative controllers into a manager: their shared informers, reconcilers and
-event recorders. The one place that knows which controllers the manager runs."""
+event recorders, and TPU slice provisioning when it is configured and the Slice CRD is
+served. The one place that knows which controllers the manager runs."""
 
 from __future__ import annotations
+
+import logging
+
+from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import (
     BASE_MODELS,
@@ -13,19 +18,68 @@ from ome.api.v1beta1 import (
     MANAGED_BY_OMENATIVE,
     SERVING_RUNTIMES,
 )
+from ome.provider import gke
+from ome.runtime.client import Client
 from ome.runtime.manager import Manager
-from ome.runtime.rest import PODS
+from ome.runtime.rest import CONFIGMAPS, NODES, PODS
+from ome.tpuslice.config import parse as parse_config
+from ome.tpuslice.types import Config
 
 from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
 from .inferenceservice.controller import InferenceServiceReconciler
+from .slices.metrics import SliceMetrics
+from .slices.provisioning import SliceProvisioning
+
+log = logging.getLogger(__name__)
+
+CONFIG_MAP = "inferenceservice-config"
+CONFIG_KEY = "tpuSliceProvisioning"
+
+
+def load_config(client: Client, namespace: str) -> Config | None:
+    """A1: the ConfigMap's ``tpuSliceProvisioning`` entry, read once at start. Missing
+    means off; an invalid one raises ``ConfigError`` with every error."""
+    try:
+        cm = client.live_get(CONFIGMAPS, CONFIG_MAP, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return parse_config((cm.get("data") or {}).get(CONFIG_KEY))
+
+
+def _merge(a: Hooks, b: Hooks) -> Hooks:
+    return Hooks(
+        holds=[*a.holds, *b.holds],
+        gates=[*a.gates, *b.gates],
+        teardown=[*a.teardown, *b.teardown],
+        pod_mutators=[*a.pod_mutators, *b.pod_mutators],
+        after_pass=[*a.after_pass, *b.after_pass],
+    )
 
 
 def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
-    """Add the InferenceService and InferenceReplica controllers; returns the replica
-    reconciler, whose ``hooks`` other features extend."""
+    """Add the controllers; raises ``ConfigError`` for an invalid slice configuration."""
     inf = manager.informers
-    replicas = inf.informer(INFERENCE_REPLICAS)
+    hooks = hooks or Hooks()
     pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
+    config = load_config(manager.client, manager.options.namespace)
+    if config is not None:
+        if gke.crd_available(manager.client):
+            provisioning = SliceProvisioning(
+                manager.client,
+                config,
+                inf.informer(gke.SLICES),
+                inf.informer(NODES),
+                pods,
+                manager.event_recorder("inferencereplica-controller"),
+                SliceMetrics(config, manager.registry),
+            )
+            hooks = _merge(hooks, provisioning.hooks())
+            log.info("TPU slice provisioning is on for %s", ", ".join(sorted(config.accelerators)))
+        else:
+            log.warning(gke.CRD_MISSING_LOG)
+    replicas = inf.informer(INFERENCE_REPLICAS)
     replica_reconciler = InferenceReplicaReconciler(
         manager.client, replicas, pods, manager.event_recorder("inferencereplica-controller"), hooks
     )

@@ -22,6 +22,7 @@ from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import Rest
 from ome.runtime.serving import parse_bind_address
 from ome.runtime.tracing import configure_tracing
+from ome.tpuslice.config import ConfigError
 
 log = logging.getLogger("ome.manager")
 
@@ -97,7 +98,15 @@ def _rest(kubeconfig: str | None) -> Rest:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check-config"]:
+        from ome.tpuslice.checkconfig import main as check_config  # noqa: PLC0415 - a subcommand
+
+        return check_config(argv[1:])
     parser = build_parser()
+    parser.epilog = (
+        "ome-manager check-config FILE checks a tpuSliceProvisioning block (see its --help)."
+    )
     args = parser.parse_args(argv)
     for flag in ("metrics_bind_address", "health_probe_bind_address"):
         try:
@@ -124,7 +133,17 @@ def main(argv: list[str] | None = None) -> int:
             health_probe_bind_address=args.health_probe_bind_address,
         ),
     )
-    setup_controllers(manager)
+    try:
+        setup_controllers(manager)
+    except ConfigError as e:
+        # behaviour.md A5: every error, then a non-zero exit.
+        log.error(
+            "Failed to initialize TPU slice provisioning configuration",
+            extra={"errors": "\n".join(e.errors)},
+        )
+        for line in e.errors:
+            log.error("  %s", line)
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -32,13 +32,16 @@ from ome.runtime.informer import Informer
 from ome.runtime.rest import JSON, MERGE_PATCH, PODS, status_of
 
 from . import instances
-from .instances import LABEL_REPLICA, HoldFunc, Observed
+from .instances import LABEL_REPLICA, Hold, HoldFunc, Observed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TEARDOWN = timedelta(minutes=10)
 #: How long a pod we created may stay unseen by the cache before we stop waiting for it.
 EXPECTATION_TTL = 60.0
+
+#: (replica, {instance index: the pods it is about to get}) -> {instance index: hold}
+GateFunc = Callable[[JSON, dict[int, list[JSON]]], dict[int, Hold]]
 
 #: Teardown steps other features add (e.g. releasing TPU slices): (replica) -> None when
 #: done, or a message saying what is still in the way.
@@ -51,12 +54,22 @@ def now_utc() -> datetime:
 
 @dataclass
 class Hooks:
-    """What other features plug into the Instance lifecycle."""
+    """What other features plug into the Instance lifecycle.
+
+    - ``holds``: pure checks asked before an Instance's pods are created.
+    - ``gates``: asked once per pass with every Instance about to get pods
+      (``{index: pods}``); they may act (e.g. provision capacity) and return holds by index.
+    - ``pod_mutators``: applied to every pod before it is created.
+    - ``after_pass``: told the replica and its new rows after a pass that acted (e.g. to
+      release what no Instance needs any more).
+    - ``teardown``: asked while a deleted replica is torn down; None when done.
+    """
 
     holds: list[HoldFunc] = field(default_factory=list)
+    gates: list[GateFunc] = field(default_factory=list)
     teardown: list[TeardownHook] = field(default_factory=list)
-    #: (replica, pod) -> pod, applied to every pod before it is created
     pod_mutators: list[Callable[[JSON, JSON], JSON]] = field(default_factory=list)
+    after_pass: list[Callable[[JSON, list[JSON]], None]] = field(default_factory=list)
 
 
 class InferenceReplicaReconciler:
@@ -126,14 +139,32 @@ class InferenceReplicaReconciler:
         now = self.clock()
         obs = Observed(replica, pods, now, expected_new=expected, holds=tuple(self.hooks.holds))
         gone = self._confirm_gone(replica, instances.suspects(obs))
-        obs = Observed(
-            replica,
-            pods,
-            now,
-            expected_new=expected,
-            confirmed_gone=gone,
-            holds=tuple(self.hooks.holds),
-        )
+        holds = tuple(self.hooks.holds)
+        if self.hooks.gates:
+            # A dry plan says which Instances are about to get pods; the gates act on that
+            # (e.g. provision their Slices) and say which must wait.
+            asked: dict[int, list[JSON]] = {}
+
+            def probe(_r: JSON, index: int, wanted: list[JSON]) -> Hold | None:
+                asked[index] = wanted
+                return None
+
+            instances.plan(
+                Observed(
+                    replica,
+                    pods,
+                    now,
+                    expected_new=expected,
+                    confirmed_gone=gone,
+                    holds=(*holds, probe),
+                )
+            )
+            gated: dict[int, Hold] = {}
+            if asked:
+                for gate in self.hooks.gates:
+                    gated.update(gate(replica, asked))
+            holds = (*holds, lambda _r, index, _p: gated.get(index))
+        obs = Observed(replica, pods, now, expected_new=expected, confirmed_gone=gone, holds=holds)
         plan = instances.plan(obs)
         revision = instances.revision_hash(list(replica["spec"].get("runners") or []))
         self._ensure_revision(replica, revision)
@@ -151,6 +182,8 @@ class InferenceReplicaReconciler:
         else:
             self._expected.pop(key, None)
         self._write_status(replica, plan.rows, revision)
+        for after in self.hooks.after_pass:
+            after(replica, plan.rows)
         if plan.requeue_after is not None:
             return Result(requeue_after=plan.requeue_after)
         return None

@@ -1,0 +1,1 @@
+"""The capacity provider behind TPU slices; one small module per provider (GKE today)."""

@@ -1,0 +1,645 @@
+"""The ``tpuSliceProvisioning`` configuration (behaviour.md A): decode, validate, build ``Config``.
+
+Pure: it is handed the ConfigMap text and never reads it, never touches a client, and
+``validate`` never raises. Every configuration message users read lives here, once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any, Literal, TypeAlias, cast
+
+from ome.tpuslice.kubenames import label_value_problems, qualified_name_problems
+from ome.tpuslice.naming import (
+    INSTANCE_LABEL,
+    MANAGED_BY_LABEL,
+    ORDINAL_LABEL,
+    OWNER_ANNOTATION,
+    OWNER_UID_LABEL,
+)
+from ome.tpuslice.shape import ShapeError, hosts, parse_topology
+from ome.tpuslice.types import Accelerator, Config, SliceSettings
+
+INVALID_CONFIG = "invalid tpuSliceProvisioning config"
+"""A2: every failure is wrapped as ``<INVALID_CONFIG>: <errors joined by newlines>``."""
+
+EXPECTED_OBJECT = "expected a JSON object"
+
+#: A4.11: the labels and the annotation the controller writes on every Slice itself (D3).
+CONTROLLER_LABELS = (OWNER_UID_LABEL, MANAGED_BY_LABEL, INSTANCE_LABEL, ORDINAL_LABEL)
+CONTROLLER_ANNOTATION = OWNER_ANNOTATION
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: ``errors`` holds every problem, ``str()`` the full message."""
+
+    def __init__(self, errors: Iterable[str]) -> None:
+        self.errors: tuple[str, ...] = tuple(errors)
+        super().__init__(f"{INVALID_CONFIG}: " + "\n".join(self.errors))
+
+
+def parse(text: str | None) -> Config | None:
+    """A1: ``None`` or whitespace-only text turns provisioning off (``None``); anything else
+    must decode (A2) and validate (A4), else ``ConfigError`` with every error."""
+    if text is None or not text.strip():
+        return None
+    raw = decode(text)
+    errors = validate(raw)
+    if errors:
+        raise ConfigError(errors)
+    return _build(raw)
+
+
+# -- A2: decoding -----------------------------------------------------------------------------
+
+_Scalar: TypeAlias = Literal["string", "integer"]
+
+
+@dataclass(frozen=True)
+class _Object:
+    fields: dict[str, _Kind]
+
+
+@dataclass(frozen=True)
+class _MapOf:
+    values: _Kind
+
+
+@dataclass(frozen=True)
+class _ListOf:
+    items: _Kind
+
+
+_Kind: TypeAlias = "_Scalar | _Object | _MapOf | _ListOf"
+
+#: A3: the known schema. Field names are case-sensitive; anything else is an unknown field.
+_SCHEMA = _Object(
+    {
+        "chipResource": "string",
+        "nodeLabels": _Object({"accelerator": "string", "topology": "string", "slice": "string"}),
+        "provisionOnly": _Object({"key": "string", "value": "string"}),
+        "accelerators": _MapOf(
+            _Object(
+                {"sliceType": "string", "chipsPerHost": "integer", "topologies": _ListOf("string")}
+            )
+        ),
+        "slice": _Object(
+            {
+                "ownerKindLabel": "string",
+                "ownerNameLabel": "string",
+                "annotations": _MapOf("string"),
+                "podAnnotations": _ListOf("string"),
+                "readyStates": _ListOf("string"),
+                "readyTimeout": "string",
+            }
+        ),
+    }
+)
+
+
+class _JSONObject(dict[str, Any]):
+    """A decoded JSON object that remembers the keys it saw more than once."""
+
+    duplicates: tuple[str, ...] = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list[tuple[str, Any]]) -> _JSONObject:
+        obj = cls()
+        duplicates: list[str] = []
+        for key, value in pairs:
+            if key in obj and key not in duplicates:
+                duplicates.append(key)
+            obj[key] = value
+        obj.duplicates = tuple(duplicates)
+        return obj
+
+
+def _reject_constant(name: str) -> Any:
+    # Python's parser accepts NaN and Infinity; JSON (and Go) do not.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def decode(text: str) -> dict[str, Any]:
+    """A2: the text, trimmed, must be one JSON object of the known schema: no unknown or
+    duplicate fields, no trailing content, every value of its field's type.
+
+    Raises ``ConfigError`` with every problem found, not only the first (choices where
+    behaviour.md is silent): ``unknown field "<path>"``, ``duplicate field "<path>"``, and
+    ``malformed JSON object: <path>: expected a string, got the number 5`` for a type error;
+    syntax errors and trailing content carry Python's JSON parser detail. Paths are dotted
+    for object fields and indexed for map entries and list items
+    (``accelerators[tpu7x].topologies[0]``, ``slice.annotations[<key>]``). ``null`` is allowed
+    anywhere: it reads as the field's zero value, as Go's decoder leaves it."""
+    trimmed = text.strip()
+    if not trimmed.startswith("{"):
+        raise ConfigError([EXPECTED_OBJECT])
+    try:
+        raw = json.loads(
+            trimmed, object_pairs_hook=_JSONObject.from_pairs, parse_constant=_reject_constant
+        )
+    except RecursionError:
+        raise ConfigError([_malformed("nesting too deep")]) from None
+    except ValueError as err:  # json.JSONDecodeError is a ValueError
+        raise ConfigError([_malformed(str(err))]) from None
+    problems: list[str] = []
+    _check_schema(raw, _SCHEMA, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    return dict(raw)
+
+
+def _malformed(detail: str) -> str:
+    return f"malformed JSON object: {detail}"
+
+
+def _field_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _check_schema(value: Any, kind: _Kind, path: str, problems: list[str]) -> None:
+    """Unknown fields, duplicate fields and type errors of ``value`` under ``path``, in
+    document order."""
+    if value is None:
+        return
+    if (error := _type_error(path, kind, value)) is not None:
+        problems.append(_malformed(error))
+        return
+    if isinstance(kind, _ListOf):
+        for i, item in enumerate(value):
+            _check_schema(item, kind.items, f"{path}[{i}]", problems)
+    elif isinstance(kind, _MapOf | _Object):
+        duplicates = set(getattr(value, "duplicates", ()))
+        for key, item in value.items():
+            child = f"{path}[{key}]" if isinstance(kind, _MapOf) else _field_path(path, key)
+            if key in duplicates:
+                problems.append(f"duplicate field {_quote(child)}")
+            if isinstance(kind, _MapOf):
+                _check_schema(item, kind.values, child, problems)
+            elif key in kind.fields:
+                _check_schema(item, kind.fields[key], child, problems)
+            else:
+                problems.append(f"unknown field {_quote(child)}")
+
+
+_WANT = {"string": "a string", "integer": "an integer", "object": "an object", "array": "an array"}
+
+
+def _type_error(path: str, kind: _Kind, value: Any) -> str | None:
+    """The one text of a value of the wrong type, for ``decode`` (wrapped) and ``validate``."""
+    if isinstance(kind, _ListOf):
+        want, ok = "array", isinstance(value, list)
+    elif isinstance(kind, _MapOf | _Object):
+        want, ok = "object", isinstance(value, dict)
+    elif kind == "integer":
+        want, ok = "integer", isinstance(value, int) and not isinstance(value, bool)
+    else:
+        want, ok = "string", isinstance(value, str)
+    return None if ok else f"{path}: expected {_WANT[want]}, got {_describe(value)}"
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        try:
+            return f"the number {json.dumps(value)}"
+        except ValueError:  # an int beyond Python's digit limit for str()
+            return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def _quote(value: str) -> str:
+    """``"<v>"``: the value in double quotes with JSON escaping."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- A4: validation ---------------------------------------------------------------------------
+
+
+def _zero(kind: _Kind) -> Any:
+    """Go's zero value of ``kind``: what a missing or ``null`` field reads as."""
+    if isinstance(kind, _ListOf):
+        return []
+    if isinstance(kind, _MapOf | _Object):
+        return {}
+    return 0 if kind == "integer" else ""
+
+
+class _Reader:
+    """Reads fields for ``validate`` and collects its errors, in the order they are added.
+
+    Missing and ``null`` read as Go's zero value; a value of the wrong type is reported once
+    and reads as ``None``, which skips every check of that field (and of its children)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._sections: dict[str, dict[str, Any] | None] = {}
+
+    def _value(self, value: Any, path: str, kind: _Kind) -> Any:
+        if value is None:
+            return _zero(kind)
+        if (error := _type_error(path, kind, value)) is not None:
+            self.errors.append(error)
+            return None
+        if isinstance(value, dict):  # keys of a caller's dict need not be strings
+            return {str(key): item for key, item in value.items()}
+        return value
+
+    def _child(self, parent: dict[str, Any] | None, key: str, path: str, kind: _Kind) -> Any:
+        """``parent[key]`` read as ``kind``; ``None`` when ``parent`` was of the wrong type."""
+        return None if parent is None else self._value(parent.get(key), path, kind)
+
+    def section(self, raw: dict[str, Any], key: str) -> dict[str, Any] | None:
+        """A top-level object, reported once however often it is read."""
+        if key not in self._sections:
+            self._sections[key] = self.entry(raw.get(key), key)
+        return self._sections[key]
+
+    def entry(self, value: Any, path: str) -> dict[str, Any] | None:
+        """An object that is a map entry or a section."""
+        result: dict[str, Any] | None = self._value(value, path, _Object({}))
+        return result
+
+    def mapping(self, parent: dict[str, Any] | None, key: str, path: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._child(parent, key, path, _MapOf("string"))
+        return result
+
+    def text(self, parent: dict[str, Any] | None, key: str, path: str) -> str | None:
+        result: str | None = self._child(parent, key, path, "string")
+        return result
+
+    def integer(self, parent: dict[str, Any] | None, key: str, path: str) -> int | None:
+        result: int | None = self._child(parent, key, path, "integer")
+        return result
+
+    def texts(self, parent: dict[str, Any] | None, key: str, path: str) -> list[str | None] | None:
+        """A list of strings; an item of the wrong type is reported and reads as ``None``."""
+        items = self._child(parent, key, path, _ListOf("string"))
+        if items is None:
+            return None
+        return [self._value(item, f"{path}[{i}]", "string") for i, item in enumerate(items)]
+
+    def required(self, path: str, value: str | None) -> bool:
+        """``<path>: required`` for an empty value; ``True`` when there is one to check."""
+        if value == "":
+            self.errors.append(f"{path}: required")
+        return bool(value)
+
+    def qualified_name(self, path: str, value: str | None) -> bool:
+        """A4 QN check; ``True`` when ``value`` is a valid qualified name."""
+        if value is None or not self.required(path, value):
+            return False
+        if problems := qualified_name_problems(value):
+            self.errors.append(
+                f"{path}: {_quote(value)} is not a qualified name: {'; '.join(problems)}"
+            )
+            return False
+        return True
+
+    def label_value(self, path: str, value: str) -> None:
+        if problems := label_value_problems(value):
+            self.errors.append(
+                f"{path}: {_quote(value)} is not a label value: {'; '.join(problems)}"
+            )
+
+    def listed_twice(self, path: str, value: str, seen: set[str]) -> bool:
+        """``"<s>" is listed twice`` for a value already in ``seen``, which it joins."""
+        if value in seen:
+            self.errors.append(f"{path}: {_quote(value)} is listed twice")
+            return True
+        seen.add(value)
+        return False
+
+
+def validate(raw: dict[str, Any]) -> list[str]:
+    """A4: every error of a decoded configuration, in A4's order. It never raises, whatever
+    the values: a value of the wrong type gets ``decode``'s type error where A4 reads it, and
+    that field's checks are skipped.
+
+    Choices where behaviour.md is silent: missing and ``null`` read as Go's zero value (a null
+    string is ``required``, a null ``chipsPerHost`` is 0); ``"<v>"`` is JSON-escaped without
+    Go's HTML escaping of ``<``, ``>``, ``&``, since it is read in logs and terminals; an
+    accelerator named ``""`` is ``accelerators[]: required`` (no pool is selected by an empty
+    value); an annotation key's path is ``slice.annotations[<key>]``, like an accelerator's;
+    ``slice.readyTimeout: ""`` is unset, as Go's zero string is. A ``podAnnotations`` entry gets
+    at most one error (not a qualified name, listed twice, or already set, in that order), a
+    duplicated topology only ``listed twice``, and each controller-owned key is reported once.
+    """
+    if not isinstance(cast(object, raw), dict):
+        return [EXPECTED_OBJECT]
+    r = _Reader()
+
+    # 1. chipResource
+    r.qualified_name("chipResource", r.text(raw, "chipResource", "chipResource"))
+
+    # 2. node labels and the provision-only key, each a distinct qualified name
+    used: dict[str, str] = {}
+    for section, key in (
+        ("nodeLabels", "accelerator"),
+        ("nodeLabels", "topology"),
+        ("nodeLabels", "slice"),
+        ("provisionOnly", "key"),
+    ):
+        path = f"{section}.{key}"
+        value = r.text(r.section(raw, section), key, path)
+        if value is not None and r.qualified_name(path, value):
+            if value in used:
+                r.errors.append(f"{path}: {_quote(value)} is already used by {used[value]}")
+            else:
+                used[value] = path
+
+    # 3. provisionOnly.value
+    value = r.text(r.section(raw, "provisionOnly"), "value", "provisionOnly.value")
+    if value is not None and r.required("provisionOnly.value", value):
+        r.label_value("provisionOnly.value", value)
+
+    # 4, 5. accelerators
+    accelerators = r.mapping(raw, "accelerators", "accelerators")
+    if accelerators == {}:
+        r.errors.append("accelerators: at least one accelerator is required")
+    for name in sorted(accelerators or {}):
+        _validate_accelerator(r, name, accelerators[name] if accelerators else None)
+
+    # 6. owner labels
+    settings = r.section(raw, "slice")
+    kind_label = r.text(settings, "ownerKindLabel", "slice.ownerKindLabel")
+    name_label = r.text(settings, "ownerNameLabel", "slice.ownerNameLabel")
+    kind_ok = r.qualified_name("slice.ownerKindLabel", kind_label)
+    if (
+        r.qualified_name("slice.ownerNameLabel", name_label)
+        and kind_ok
+        and name_label == kind_label
+    ):
+        r.errors.append(
+            f"slice.ownerNameLabel: {_quote(name_label or '')} is already used by "
+            "slice.ownerKindLabel"
+        )
+
+    # 7. annotations: required (``{}`` for none), keys are qualified names
+    annotations: dict[str, Any] = {}
+    if settings is not None:
+        if settings.get("annotations") is None:
+            r.errors.append("slice.annotations: required; use {} for none")
+        annotations = r.mapping(settings, "annotations", "slice.annotations") or {}
+        for key in sorted(annotations):
+            path = f"slice.annotations[{key}]"
+            if r.qualified_name(path, key):
+                r.text(annotations, key, path)  # a value must be a string
+
+    # 8. podAnnotations
+    pod_annotations = r.texts(settings, "podAnnotations", "slice.podAnnotations") or []
+    seen: set[str] = set()
+    for i, pod_key in enumerate(pod_annotations):
+        path = f"slice.podAnnotations[{i}]"
+        if not r.qualified_name(path, pod_key) or pod_key is None:
+            continue
+        if not r.listed_twice(path, pod_key, seen) and pod_key in annotations:
+            r.errors.append(f"{path}: {_quote(pod_key)} is already set by slice.annotations")
+
+    # 9. readyStates
+    states = r.texts(settings, "readyStates", "slice.readyStates")
+    if states == []:
+        r.errors.append("slice.readyStates: at least one state is required")
+    seen = set()
+    for i, state in enumerate(states or []):
+        path = f"slice.readyStates[{i}]"
+        if state == "":
+            r.errors.append(f"{path}: must not be empty")
+        elif state is not None:
+            r.listed_twice(path, state, seen)
+
+    # 10. readyTimeout: unset disables the timeout
+    timeout = r.text(settings, "readyTimeout", "slice.readyTimeout")
+    if timeout and not _is_positive_duration(timeout):
+        r.errors.append(f"slice.readyTimeout: {_quote(timeout)} must be a positive duration")
+
+    # 11. what the controller writes on every Slice itself
+    for label in dict.fromkeys((kind_label, name_label)):
+        if label in CONTROLLER_LABELS:
+            r.errors.append(f"slice label {label} is set by the controller")
+    if CONTROLLER_ANNOTATION in annotations or CONTROLLER_ANNOTATION in pod_annotations:
+        r.errors.append(f"slice annotation {CONTROLLER_ANNOTATION} is set by the controller")
+    return r.errors
+
+
+def _validate_accelerator(r: _Reader, name: str, value: Any) -> None:
+    """A4.5 for one accelerator: its name, slice type, chips per host and topologies."""
+    path = f"accelerators[{name}]"
+    if r.required(path, name):
+        r.label_value(path, name)
+    entry = r.entry(value, path)
+    r.required(f"{path}.sliceType", r.text(entry, "sliceType", f"{path}.sliceType"))
+    chips_per_host = r.integer(entry, "chipsPerHost", f"{path}.chipsPerHost")
+    if chips_per_host is not None and chips_per_host <= 0:
+        r.errors.append(f"{path}.chipsPerHost: must be positive, got {chips_per_host}")
+    topologies = r.texts(entry, "topologies", f"{path}.topologies")
+    if topologies == []:
+        r.errors.append(f"{path}.topologies: at least one topology is required")
+    seen: set[str] = set()
+    for i, text in enumerate(topologies or []):
+        if text is None:
+            continue
+        item = f"{path}.topologies[{i}]"
+        try:
+            topology = parse_topology(text)
+        except ShapeError as err:
+            r.errors.append(f"{item}: {err}")
+            continue
+        if r.listed_twice(item, str(topology), seen):
+            continue
+        if chips_per_host is not None and chips_per_host > 0:
+            try:
+                hosts(topology, chips_per_host)
+            except ShapeError as err:
+                r.errors.append(f"{item}: {err}")
+
+
+def _is_positive_duration(text: str) -> bool:
+    try:
+        return _parse_go_duration_ns(text) > 0
+    except ValueError:
+        return False
+
+
+def _build(raw: dict[str, Any]) -> Config:
+    """The ``Config`` of a configuration that ``validate`` accepted."""
+    node_labels = raw["nodeLabels"]
+    provision_only = raw["provisionOnly"]
+    settings = raw["slice"]
+    accelerators = {
+        name: Accelerator(
+            name=name,
+            slice_type=entry["sliceType"],
+            chips_per_host=entry["chipsPerHost"],
+            topologies=tuple(str(parse_topology(t)) for t in entry["topologies"]),
+        )
+        for name, entry in sorted(raw["accelerators"].items())
+    }
+    timeout = settings.get("readyTimeout")
+    return Config(
+        chip_resource=raw["chipResource"],
+        accelerator_label=node_labels["accelerator"],
+        topology_label=node_labels["topology"],
+        slice_label=node_labels["slice"],
+        provision_only_key=provision_only["key"],
+        provision_only_value=provision_only["value"],
+        accelerators=MappingProxyType(accelerators),
+        slice=SliceSettings(
+            owner_kind_label=settings["ownerKindLabel"],
+            owner_name_label=settings["ownerNameLabel"],
+            annotations=MappingProxyType(
+                {key: value or "" for key, value in settings["annotations"].items()}
+            ),
+            pod_annotations=tuple(settings.get("podAnnotations") or ()),
+            ready_states=tuple(settings["readyStates"]),
+            ready_timeout=parse_go_duration(timeout) if timeout else None,
+        ),
+    )
+
+
+# -- Go durations -----------------------------------------------------------------------------
+
+_NANOSECOND = 1
+_MICROSECOND = 1000 * _NANOSECOND
+_MILLISECOND = 1000 * _MICROSECOND
+_SECOND = 1000 * _MILLISECOND
+_MINUTE = 60 * _SECOND
+_HOUR = 60 * _MINUTE
+_UNITS = {
+    "ns": _NANOSECOND,
+    "us": _MICROSECOND,
+    "\u00b5s": _MICROSECOND,  # U+00B5 micro sign
+    "\u03bcs": _MICROSECOND,  # U+03BC Greek small letter mu
+    "ms": _MILLISECOND,
+    "s": _SECOND,
+    "m": _MINUTE,
+    "h": _HOUR,
+}
+_INT64_LIMIT = 1 << 63
+_DIGITS = "0123456789"
+
+
+def parse_go_duration(text: str) -> timedelta:
+    """Go's ``time.ParseDuration``: ``1.5h``, ``10m``, ``1h30m``, ``500ms``, ``-2m3.5s``, ``0``.
+
+    ``ValueError`` (with Go's message) otherwise. ``timedelta`` holds microseconds, so a
+    remainder of nanoseconds rounds away from zero."""
+    ns = _parse_go_duration_ns(text)
+    micros = -(-abs(ns) // _MICROSECOND)
+    return timedelta(microseconds=micros if ns >= 0 else -micros)
+
+
+def _parse_go_duration_ns(text: str) -> int:
+    """``time.ParseDuration`` step by step, in nanoseconds, including its int64 overflow."""
+    invalid = ValueError(f"time: invalid duration {_quote(text)}")
+    s, negative = text, False
+    if s[:1] in ("-", "+"):
+        negative, s = s[0] == "-", s[1:]
+    if s == "0":
+        return 0
+    if not s:
+        raise invalid
+    total = 0
+    while s:
+        if s[0] != "." and s[0] not in _DIGITS:
+            raise invalid
+        digits = _leading(s, _DIGITS)
+        whole, s = int(digits or "0"), s[len(digits) :]
+        if whole > _INT64_LIMIT:
+            raise invalid
+        fraction, scale, post = 0, 1.0, False
+        if s.startswith("."):
+            decimals = _leading(s[1:], _DIGITS)
+            s, post = s[1 + len(decimals) :], bool(decimals)
+            for d in decimals:  # Go stops taking digits once they would overflow
+                if fraction > (_INT64_LIMIT - 1) // 10 or fraction * 10 + int(d) > _INT64_LIMIT:
+                    break
+                fraction, scale = fraction * 10 + int(d), scale * 10
+        if not digits and not post:
+            raise invalid
+        unit_text = _leading(s, None)
+        if not unit_text:
+            raise ValueError(f"time: missing unit in duration {_quote(text)}")
+        s = s[len(unit_text) :]
+        unit = _UNITS.get(unit_text)
+        if unit is None:
+            raise ValueError(f"time: unknown unit {_quote(unit_text)} in duration {_quote(text)}")
+        if whole > _INT64_LIMIT // unit:
+            raise invalid
+        value = whole * unit
+        if fraction > 0:
+            # float64, as Go computes it, so that fractions round exactly as Go's do
+            value += int(float(fraction) * (float(unit) / scale))
+            if value > _INT64_LIMIT:
+                raise invalid
+        total += value
+        if total > _INT64_LIMIT:
+            raise invalid
+    if negative:
+        return -total
+    if total > _INT64_LIMIT - 1:
+        raise invalid
+    return total
+
+
+def _leading(s: str, chars: str | None) -> str:
+    """The prefix of ``s`` made of ``chars``, or (``None``) of anything but digits and ``.``."""
+    end = 0
+    while end < len(s) and (
+        s[end] in chars if chars is not None else s[end] not in _DIGITS and s[end] != "."
+    ):
+        end += 1
+    return s[:end]
+
+
+def format_go_duration(d: timedelta) -> str:
+    """Go's ``Duration.String()``: ``10m0s``, ``11m3s``, ``1h0m0s``, ``1.5s``, ``500ms``,
+    ``0s``. Unlike Go, a ``timedelta`` beyond int64 nanoseconds prints without wrapping."""
+    ns = ((d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds) * _MICROSECOND
+    sign, u = ("-" if ns < 0 else ""), abs(ns)
+    if u == 0:
+        return "0s"
+    if u < _SECOND:
+        if u < _MICROSECOND:
+            return f"{sign}{u}ns"
+        if u < _MILLISECOND:
+            return f"{sign}{_with_fraction(u, 3)}\u00b5s"
+        return f"{sign}{_with_fraction(u, 6)}ms"
+    seconds = _with_fraction(u % _MINUTE, 9)
+    minutes, hours = (u // _MINUTE) % 60, u // _HOUR
+    if hours:
+        return f"{sign}{hours}h{minutes}m{seconds}s"
+    if minutes:
+        return f"{sign}{minutes}m{seconds}s"
+    return f"{sign}{seconds}s"
+
+
+def _with_fraction(value: int, precision: int) -> str:
+    """``value / 10**precision`` with trailing zeros (and a bare point) dropped."""
+    whole, fraction = divmod(value, 10**precision)
+    digits = f"{fraction:0{precision}d}".rstrip("0")
+    return f"{whole}.{digits}" if digits else str(whole)
+
+
+__all__ = [
+    "CONTROLLER_ANNOTATION",
+    "CONTROLLER_LABELS",
+    "EXPECTED_OBJECT",
+    "INVALID_CONFIG",
+    "ConfigError",
+    "decode",
+    "format_go_duration",
+    "parse",
+    "parse_go_duration",
+    "validate",
+]

@@ -1,0 +1,979 @@
+"""The tpuSliceProvisioning configuration (behaviour.md A) and ``ome-manager check-config``:
+every message verbatim, in A4's order, and properties over arbitrary values."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from ome.tpuslice import checkconfig
+from ome.tpuslice.config import (
+    ConfigError,
+    decode,
+    format_go_duration,
+    parse,
+    parse_go_duration,
+    validate,
+)
+from ome.tpuslice.kubenames import label_value_problems, qualified_name_problems
+from ome.tpuslice.types import GUIDE_CONFIG_JSON, Accelerator
+
+# Kubernetes' own problem texts (apimachinery util/validation), spelled out independently.
+QN_REGEX = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+QN_EMPTY = "name part must be non-empty"
+QN_LONG = "name part must be no more than 63 characters"
+QN_PREFIX_EMPTY = "prefix part must be non-empty"
+QN_PREFIX_REGEX = (
+    "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+    "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
+    "'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+QN_PREFIX_LONG = "prefix part must be no more than 253 characters"
+QN_SLASHES = (
+    "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start "
+    "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
+    "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS "
+    "subdomain prefix and '/' (e.g. 'example.com/MyName')"
+)
+LV_REGEX = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+LV_LONG = "must be no more than 63 characters"
+
+GUIDE_VALUES_YAML = """\
+ome:
+  controller:
+    tpuSliceProvisioning:
+      chipResource: google.com/tpu
+      nodeLabels:
+        accelerator: cloud.google.com/gke-tpu-accelerator
+        topology: cloud.google.com/gke-tpu-topology
+        slice: cloud.google.com/gke-tpu-slice
+      provisionOnly:
+        key: cloud.google.com/gke-accelerator-topology-mode
+        value: PROVISION_ONLY
+      accelerators:
+        tpu7x:
+          sliceType: tpu7x
+          chipsPerHost: 4
+          topologies: ["2x2x1", "2x2x2"]
+      slice:
+        ownerKindLabel: cloud.google.com/slice-owner-kind
+        ownerNameLabel: cloud.google.com/slice-owner-name
+        annotations:
+          cloud.google.com/managed-by: slice-scheduler
+          slice.gke.io/retry-on-failure: "true"
+        readyStates: [ACTIVE, ACTIVE_DEGRADED]
+        readyTimeout: 10m
+"""
+
+_DELETE = object()
+
+
+def guide() -> dict[str, Any]:
+    """A fresh copy of the guide's Step 1 block, decoded."""
+    raw: dict[str, Any] = json.loads(GUIDE_CONFIG_JSON)
+    return raw
+
+
+def path_keys(path: str) -> list[str | int]:
+    """``slice.readyStates[1]`` -> ``["slice", "readyStates", 1]``; ``accelerators[tpu7x]`` ->
+    ``["accelerators", "tpu7x"]``."""
+    keys: list[str | int] = []
+    for match in re.finditer(r"\[([^\]]*)\]|([^.\[]+)", path):
+        index, name = match.groups()
+        if name is not None:
+            keys.append(name)
+        else:
+            keys.append(int(index) if index.isdigit() else index)
+    return keys
+
+
+def mutated(changes: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    raw = copy.deepcopy(guide() if base is None else base)
+    for path, value in changes.items():
+        *parents, last = path_keys(path)
+        target: Any = raw
+        for key in parents:
+            target = target[key]
+        if value is _DELETE:
+            del target[last]
+        else:
+            target[last] = value
+    return raw
+
+
+def quoted(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def qn_error(path: str, value: str, *problems: str) -> str:
+    return f"{path}: {quoted(value)} is not a qualified name: {'; '.join(problems)}"
+
+
+def lv_error(path: str, value: str, *problems: str) -> str:
+    return f"{path}: {quoted(value)} is not a label value: {'; '.join(problems)}"
+
+
+# -- A1, A3: the guide's block, and provisioning off ----------------------------------------
+
+
+def test_guide_block_parses_to_its_config() -> None:
+    config = parse(GUIDE_CONFIG_JSON)
+    assert config is not None
+    assert config.chip_resource == "google.com/tpu"
+    assert config.accelerator_label == "cloud.google.com/gke-tpu-accelerator"
+    assert config.topology_label == "cloud.google.com/gke-tpu-topology"
+    assert config.slice_label == "cloud.google.com/gke-tpu-slice"
+    assert config.provision_only_key == "cloud.google.com/gke-accelerator-topology-mode"
+    assert config.provision_only_value == "PROVISION_ONLY"
+    assert dict(config.accelerators) == {
+        "tpu7x": Accelerator("tpu7x", "tpu7x", 4, ("2x2x1", "2x2x2")),
+    }
+    settings = config.slice
+    assert settings.owner_kind_label == "cloud.google.com/slice-owner-kind"
+    assert settings.owner_name_label == "cloud.google.com/slice-owner-name"
+    assert dict(settings.annotations) == {
+        "cloud.google.com/managed-by": "slice-scheduler",
+        "slice.gke.io/retry-on-failure": "true",
+    }
+    assert settings.pod_annotations == ()
+    assert settings.ready_states == ("ACTIVE", "ACTIVE_DEGRADED")
+    assert settings.ready_timeout == timedelta(minutes=10)
+    assert format_go_duration(settings.ready_timeout) == "10m0s"
+
+
+def test_optional_fields_default_to_no_pod_annotations_and_no_timeout() -> None:
+    raw = mutated({"slice.readyTimeout": _DELETE, "slice.podAnnotations": ["example.com/team"]})
+    config = parse(json.dumps(raw))
+    assert config is not None
+    assert config.slice.ready_timeout is None
+    assert config.slice.pod_annotations == ("example.com/team",)
+    no_timeout = parse(json.dumps(mutated({"slice.readyTimeout": ""})))
+    assert no_timeout is not None and no_timeout.slice.ready_timeout is None
+
+
+@pytest.mark.parametrize("text", [None, "", "   ", "\n\t \n"])
+def test_missing_or_whitespace_config_turns_provisioning_off(text: str | None) -> None:
+    assert parse(text) is None
+
+
+def test_config_error_wraps_every_error_in_one_message() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse(json.dumps(mutated({"chipResource": "", "slice.readyStates": []})))
+    assert e.value.errors == (
+        "chipResource: required",
+        "slice.readyStates: at least one state is required",
+    )
+    assert str(e.value) == (
+        "invalid tpuSliceProvisioning config: chipResource: required\n"
+        "slice.readyStates: at least one state is required"
+    )
+    assert isinstance(e.value, ValueError)
+
+
+# -- A2: decoding ----------------------------------------------------------------------------
+
+TRAILING = GUIDE_CONFIG_JSON + " {}"
+
+
+@pytest.mark.parametrize(
+    ("text", "errors"),
+    [
+        ("[]", ["expected a JSON object"]),
+        ("null", ["expected a JSON object"]),
+        ('  "chipResource"', ["expected a JSON object"]),
+        ("x{}", ["expected a JSON object"]),
+        (
+            '{"chipResource": "x",}',
+            [
+                "malformed JSON object: Expecting property name enclosed in double quotes: "
+                "line 1 column 22 (char 21)"
+            ],
+        ),
+        ('{"a" 1}', ["malformed JSON object: Expecting ':' delimiter: line 1 column 6 (char 5)"]),
+        (
+            TRAILING,
+            [
+                f"malformed JSON object: Extra data: line 1 column {len(GUIDE_CONFIG_JSON) + 2} "
+                f"(char {len(GUIDE_CONFIG_JSON) + 1})"
+            ],
+        ),
+        ('{"chipResource": NaN}', ["malformed JSON object: NaN is not a JSON value"]),
+        ('{"x": 1}', ['unknown field "x"']),
+        ('{"ChipResource": "google.com/tpu"}', ['unknown field "ChipResource"']),
+        ('{"nodeLabels": {"Slice": "a"}}', ['unknown field "nodeLabels.Slice"']),
+        ('{"slice": {"foo": 1}}', ['unknown field "slice.foo"']),
+        (
+            '{"provisionOnly": {"key": "k", "values": "v"}}',
+            ['unknown field "provisionOnly.values"'],
+        ),
+        (
+            '{"accelerators": {"tpu7x": {"chips": 4}}}',
+            ['unknown field "accelerators[tpu7x].chips"'],
+        ),
+        ('{"chipResource": "a", "chipResource": "b"}', ['duplicate field "chipResource"']),
+        (
+            '{"slice": {"readyStates": [], "readyStates": []}}',
+            ['duplicate field "slice.readyStates"'],
+        ),
+        (
+            '{"slice": {"annotations": {"a": "1", "a": "2"}}}',
+            ['duplicate field "slice.annotations[a]"'],
+        ),
+        (
+            '{"chipResource": 5}',
+            ["malformed JSON object: chipResource: expected a string, got the number 5"],
+        ),
+        (
+            '{"nodeLabels": "x"}',
+            ["malformed JSON object: nodeLabels: expected an object, got a string"],
+        ),
+        (
+            '{"accelerators": {"tpu7x": {"chipsPerHost": "4"}}}',
+            [
+                "malformed JSON object: accelerators[tpu7x].chipsPerHost: expected an integer, got a string"
+            ],
+        ),
+        (
+            '{"accelerators": {"tpu7x": {"chipsPerHost": 4.0}}}',
+            [
+                "malformed JSON object: accelerators[tpu7x].chipsPerHost: expected an integer, got the number 4.0"
+            ],
+        ),
+        (
+            '{"accelerators": {"tpu7x": {"topologies": ["2x2x1", 4]}}}',
+            [
+                "malformed JSON object: accelerators[tpu7x].topologies[1]: expected a string, got the number 4"
+            ],
+        ),
+        (
+            '{"accelerators": []}',
+            ["malformed JSON object: accelerators: expected an object, got an array"],
+        ),
+        (
+            '{"slice": {"annotations": {"a": true}}}',
+            ["malformed JSON object: slice.annotations[a]: expected a string, got a boolean"],
+        ),
+        (
+            '{"slice": {"readyStates": "ACTIVE"}}',
+            ["malformed JSON object: slice.readyStates: expected an array, got a string"],
+        ),
+        (
+            '{"slice": {"readyTimeout": 600}}',
+            ["malformed JSON object: slice.readyTimeout: expected a string, got the number 600"],
+        ),
+        (
+            '{"x": 1, "slice": {"y": 2, "readyStates": {}}, "x": 3}',
+            [
+                'duplicate field "x"',
+                'unknown field "x"',
+                'unknown field "slice.y"',
+                "malformed JSON object: slice.readyStates: expected an array, got an object",
+            ],
+        ),
+    ],
+)
+def test_decoding_rejects_what_is_not_the_schema(text: str, errors: list[str]) -> None:
+    with pytest.raises(ConfigError) as e:
+        decode(text)
+    assert list(e.value.errors) == errors
+    with pytest.raises(ConfigError) as via_parse:
+        parse(text)
+    assert str(via_parse.value) == "invalid tpuSliceProvisioning config: " + "\n".join(errors)
+
+
+def test_decoding_allows_null_as_the_zero_value() -> None:
+    raw = decode('{"slice": {"annotations": null, "readyTimeout": null}, "chipResource": null}')
+    assert raw == {"slice": {"annotations": None, "readyTimeout": None}, "chipResource": None}
+    assert "slice.annotations: required; use {} for none" in validate(raw)
+    assert "chipResource: required" in validate(raw)
+
+
+# -- A4: validation, one message per row -----------------------------------------------------
+
+ACC = "accelerators[tpu7x]"
+OWNER_KIND = "cloud.google.com/slice-owner-kind"
+
+
+@pytest.mark.parametrize(
+    ("changes", "errors"),
+    [
+        # 1. chipResource
+        ({"chipResource": ""}, ["chipResource: required"]),
+        ({"chipResource": None}, ["chipResource: required"]),
+        ({"chipResource": _DELETE}, ["chipResource: required"]),
+        ({"chipResource": "tpu chips"}, [qn_error("chipResource", "tpu chips", QN_REGEX)]),
+        ({"chipResource": "x" * 64}, [qn_error("chipResource", "x" * 64, QN_LONG)]),
+        (
+            {"chipResource": "x" * 63 + "-"},
+            [qn_error("chipResource", "x" * 63 + "-", QN_LONG, QN_REGEX)],
+        ),
+        (
+            {"chipResource": "Google.com/tpu"},
+            [qn_error("chipResource", "Google.com/tpu", QN_PREFIX_REGEX)],
+        ),
+        ({"chipResource": "/tpu"}, [qn_error("chipResource", "/tpu", QN_PREFIX_EMPTY)]),
+        (
+            {"chipResource": "google.com/"},
+            [qn_error("chipResource", "google.com/", QN_EMPTY, QN_REGEX)],
+        ),
+        ({"chipResource": "a/b/c"}, [qn_error("chipResource", "a/b/c", QN_SLASHES)]),
+        (
+            {"chipResource": "a" * 254 + "/tpu"},
+            [qn_error("chipResource", "a" * 254 + "/tpu", QN_PREFIX_LONG)],
+        ),
+        ({"chipResource": 'tpu"\n'}, [qn_error("chipResource", 'tpu"\n', QN_REGEX)]),
+        # 2. node labels and the provision-only key
+        ({"nodeLabels.accelerator": ""}, ["nodeLabels.accelerator: required"]),
+        ({"nodeLabels.topology": _DELETE}, ["nodeLabels.topology: required"]),
+        (
+            {"nodeLabels.slice": "gke tpu slice"},
+            [qn_error("nodeLabels.slice", "gke tpu slice", QN_REGEX)],
+        ),
+        ({"provisionOnly.key": ""}, ["provisionOnly.key: required"]),
+        (
+            {"nodeLabels": _DELETE},
+            [
+                "nodeLabels.accelerator: required",
+                "nodeLabels.topology: required",
+                "nodeLabels.slice: required",
+            ],
+        ),
+        (
+            {"nodeLabels.topology": "cloud.google.com/gke-tpu-accelerator"},
+            [
+                'nodeLabels.topology: "cloud.google.com/gke-tpu-accelerator" is already used by nodeLabels.accelerator'
+            ],
+        ),
+        (
+            {"provisionOnly.key": "cloud.google.com/gke-tpu-slice"},
+            [
+                'provisionOnly.key: "cloud.google.com/gke-tpu-slice" is already used by nodeLabels.slice'
+            ],
+        ),
+        # 3. provisionOnly.value
+        ({"provisionOnly.value": ""}, ["provisionOnly.value: required"]),
+        (
+            {"provisionOnly.value": "PROVISION ONLY"},
+            [lv_error("provisionOnly.value", "PROVISION ONLY", LV_REGEX)],
+        ),
+        ({"provisionOnly.value": "P" * 64}, [lv_error("provisionOnly.value", "P" * 64, LV_LONG)]),
+        (
+            {"provisionOnly.value": "P" * 63 + "_"},
+            [lv_error("provisionOnly.value", "P" * 63 + "_", LV_LONG, LV_REGEX)],
+        ),
+        # 4. accelerators
+        ({"accelerators": {}}, ["accelerators: at least one accelerator is required"]),
+        ({"accelerators": None}, ["accelerators: at least one accelerator is required"]),
+        ({"accelerators": _DELETE}, ["accelerators: at least one accelerator is required"]),
+        # 5. each accelerator
+        (
+            {
+                "accelerators": {
+                    "tpu 7x": {"sliceType": "tpu7x", "chipsPerHost": 4, "topologies": ["2x2x1"]}
+                }
+            },
+            [lv_error("accelerators[tpu 7x]", "tpu 7x", LV_REGEX)],
+        ),
+        (
+            {
+                "accelerators": {
+                    "": {"sliceType": "tpu7x", "chipsPerHost": 4, "topologies": ["2x2x1"]}
+                }
+            },
+            ["accelerators[]: required"],
+        ),
+        ({f"{ACC}.sliceType": ""}, [f"{ACC}.sliceType: required"]),
+        ({f"{ACC}.chipsPerHost": 0}, [f"{ACC}.chipsPerHost: must be positive, got 0"]),
+        ({f"{ACC}.chipsPerHost": -4}, [f"{ACC}.chipsPerHost: must be positive, got -4"]),
+        ({f"{ACC}.chipsPerHost": _DELETE}, [f"{ACC}.chipsPerHost: must be positive, got 0"]),
+        ({f"{ACC}.topologies": []}, [f"{ACC}.topologies: at least one topology is required"]),
+        ({f"{ACC}.topologies": None}, [f"{ACC}.topologies: at least one topology is required"]),
+        (
+            {f"{ACC}.topologies": ["2x2x1x1"]},
+            [f"{ACC}.topologies[0]: topology \"2x2x1x1\": want 2 or 3 dimensions separated by 'x'"],
+        ),
+        (
+            {f"{ACC}.topologies": ["2x2x1", "2X2"]},
+            [f"{ACC}.topologies[1]: topology \"2X2\": want 2 or 3 dimensions separated by 'x'"],
+        ),
+        (
+            {f"{ACC}.topologies": ["2x02x1"]},
+            [
+                f'{ACC}.topologies[0]: topology "2x02x1": dimension "02" is not a positive integer without leading zeros'
+            ],
+        ),
+        (
+            {f"{ACC}.topologies": ["2x2x1", "2x2x1"]},
+            [f'{ACC}.topologies[1]: "2x2x1" is listed twice'],
+        ),
+        (
+            {f"{ACC}.topologies": ["2x3", "2x2x1"]},
+            [f"{ACC}.topologies[0]: topology 2x3 is 6 chips, not a whole number of 4-chip hosts"],
+        ),
+        (
+            {f"{ACC}.chipsPerHost": 8},
+            [f"{ACC}.topologies[0]: topology 2x2x1 is 4 chips, not a whole number of 8-chip hosts"],
+        ),
+        # 6. owner labels
+        ({"slice.ownerKindLabel": ""}, ["slice.ownerKindLabel: required"]),
+        (
+            {"slice.ownerNameLabel": "owner name"},
+            [qn_error("slice.ownerNameLabel", "owner name", QN_REGEX)],
+        ),
+        (
+            {"slice.ownerNameLabel": OWNER_KIND},
+            [f"slice.ownerNameLabel: {quoted(OWNER_KIND)} is already used by slice.ownerKindLabel"],
+        ),
+        # 7. annotations
+        ({"slice.annotations": _DELETE}, ["slice.annotations: required; use {} for none"]),
+        ({"slice.annotations": None}, ["slice.annotations: required; use {} for none"]),
+        ({"slice.annotations": {}}, []),
+        (
+            {"slice.annotations": {"z z": "1", "a/b/c": "2", "ok.io/fine": "3"}},
+            [
+                qn_error("slice.annotations[a/b/c]", "a/b/c", QN_SLASHES),
+                qn_error("slice.annotations[z z]", "z z", QN_REGEX),
+            ],
+        ),
+        # 8. podAnnotations
+        ({"slice.podAnnotations": []}, []),
+        ({"slice.podAnnotations": [""]}, ["slice.podAnnotations[0]: required"]),
+        (
+            {"slice.podAnnotations": ["team name"]},
+            [qn_error("slice.podAnnotations[0]", "team name", QN_REGEX)],
+        ),
+        (
+            {"slice.podAnnotations": ["example.com/team", "example.com/team"]},
+            ['slice.podAnnotations[1]: "example.com/team" is listed twice'],
+        ),
+        (
+            {"slice.podAnnotations": ["cloud.google.com/managed-by"]},
+            [
+                'slice.podAnnotations[0]: "cloud.google.com/managed-by" is already set by slice.annotations'
+            ],
+        ),
+        # 9. readyStates
+        ({"slice.readyStates": []}, ["slice.readyStates: at least one state is required"]),
+        ({"slice.readyStates": _DELETE}, ["slice.readyStates: at least one state is required"]),
+        ({"slice.readyStates": ["ACTIVE", ""]}, ["slice.readyStates[1]: must not be empty"]),
+        (
+            {"slice.readyStates": ["ACTIVE", "ACTIVE"]},
+            ['slice.readyStates[1]: "ACTIVE" is listed twice'],
+        ),
+        # 10. readyTimeout
+        ({"slice.readyTimeout": _DELETE}, []),
+        ({"slice.readyTimeout": ""}, []),
+        ({"slice.readyTimeout": "1h30m"}, []),
+        ({"slice.readyTimeout": "0s"}, ['slice.readyTimeout: "0s" must be a positive duration']),
+        ({"slice.readyTimeout": "0"}, ['slice.readyTimeout: "0" must be a positive duration']),
+        (
+            {"slice.readyTimeout": "-10m"},
+            ['slice.readyTimeout: "-10m" must be a positive duration'],
+        ),
+        ({"slice.readyTimeout": "600"}, ['slice.readyTimeout: "600" must be a positive duration']),
+        (
+            {"slice.readyTimeout": "10 minutes"},
+            ['slice.readyTimeout: "10 minutes" must be a positive duration'],
+        ),
+        # 11. what the controller writes itself
+        (
+            {"slice.ownerKindLabel": "ome.io/slice-owner-uid"},
+            ["slice label ome.io/slice-owner-uid is set by the controller"],
+        ),
+        (
+            {"slice.ownerNameLabel": "ome.io/managed-by"},
+            ["slice label ome.io/managed-by is set by the controller"],
+        ),
+        (
+            {"slice.ownerKindLabel": "ome.io/instance-index"},
+            ["slice label ome.io/instance-index is set by the controller"],
+        ),
+        (
+            {"slice.ownerNameLabel": "ome.io/pod-ordinal"},
+            ["slice label ome.io/pod-ordinal is set by the controller"],
+        ),
+        (
+            {"slice.annotations[ome.io/slice-owner]": "x"},
+            ["slice annotation ome.io/slice-owner is set by the controller"],
+        ),
+        (
+            {"slice.podAnnotations": ["ome.io/slice-owner"]},
+            ["slice annotation ome.io/slice-owner is set by the controller"],
+        ),
+    ],
+)
+def test_each_invalid_field_says_what_is_wrong(changes: dict[str, Any], errors: list[str]) -> None:
+    raw = mutated(changes)
+    assert validate(raw) == errors
+    if errors:
+        with pytest.raises(ConfigError) as e:
+            parse(json.dumps(raw))
+        assert list(e.value.errors) == errors
+    else:
+        assert parse(json.dumps(raw)) is not None
+
+
+def test_all_errors_come_back_together_in_a4_order() -> None:
+    raw = mutated(
+        {
+            "slice.readyTimeout": "soon",
+            "slice.ownerNameLabel": "ome.io/managed-by",
+            "slice.readyStates": [],
+            "slice.podAnnotations": ["bad key"],
+            "slice.annotations": None,
+            "slice.ownerKindLabel": "",
+            "accelerators.b": {"sliceType": "", "chipsPerHost": 0, "topologies": []},
+            "accelerators.a": {"sliceType": "a", "chipsPerHost": 3, "topologies": ["2x2"]},
+            "provisionOnly.value": "",
+            "provisionOnly.key": "cloud.google.com/gke-tpu-accelerator",
+            "nodeLabels.topology": "",
+            "chipResource": "a/b/c",
+        }
+    )
+    assert validate(raw) == [
+        qn_error("chipResource", "a/b/c", QN_SLASHES),
+        "nodeLabels.topology: required",
+        'provisionOnly.key: "cloud.google.com/gke-tpu-accelerator" is already used by nodeLabels.accelerator',
+        "provisionOnly.value: required",
+        "accelerators[a].topologies[0]: topology 2x2 is 4 chips, not a whole number of 3-chip hosts",
+        "accelerators[b].sliceType: required",
+        "accelerators[b].chipsPerHost: must be positive, got 0",
+        "accelerators[b].topologies: at least one topology is required",
+        "slice.ownerKindLabel: required",
+        "slice.annotations: required; use {} for none",
+        qn_error("slice.podAnnotations[0]", "bad key", QN_REGEX),
+        "slice.readyStates: at least one state is required",
+        'slice.readyTimeout: "soon" must be a positive duration',
+        "slice label ome.io/managed-by is set by the controller",
+    ]
+
+
+def test_empty_object_lists_every_required_field() -> None:
+    assert validate({}) == [
+        "chipResource: required",
+        "nodeLabels.accelerator: required",
+        "nodeLabels.topology: required",
+        "nodeLabels.slice: required",
+        "provisionOnly.key: required",
+        "provisionOnly.value: required",
+        "accelerators: at least one accelerator is required",
+        "slice.ownerKindLabel: required",
+        "slice.ownerNameLabel: required",
+        "slice.annotations: required; use {} for none",
+        "slice.readyStates: at least one state is required",
+    ]
+
+
+def test_a_wrongly_typed_section_is_reported_once_and_its_fields_skipped() -> None:
+    raw = mutated({"provisionOnly": ["k", "v"], "slice": 5})
+    assert validate(raw) == [
+        "provisionOnly: expected an object, got an array",
+        "slice: expected an object, got the number 5",
+    ]
+
+
+# -- Kubernetes names --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["MyName", "my.name", "123-abc", "example.com/MyName", "google.com/tpu", "a", "x" * 63]
+)
+def test_kubernetes_accepts_these_qualified_names(name: str) -> None:
+    assert qualified_name_problems(name) == []
+
+
+@pytest.mark.parametrize("value", ["", "MyValue", "my_value", "12345", "PROVISION_ONLY", "v" * 63])
+def test_kubernetes_accepts_these_label_values(value: str) -> None:
+    assert label_value_problems(value) == []
+
+
+def test_name_lengths_count_bytes_as_go_does() -> None:
+    assert qualified_name_problems("é" * 32) == [QN_LONG, QN_REGEX]
+    assert label_value_problems("é" * 31) == [LV_REGEX]
+
+
+# -- Go durations ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "canonical"),
+    [
+        ("10m", timedelta(minutes=10), "10m0s"),
+        ("1.5h", timedelta(minutes=90), "1h30m0s"),
+        ("90s", timedelta(seconds=90), "1m30s"),
+        ("1h30m", timedelta(minutes=90), "1h30m0s"),
+        ("500ms", timedelta(milliseconds=500), "500ms"),
+        ("2m3.5s", timedelta(minutes=2, seconds=3.5), "2m3.5s"),
+        ("11m3s", timedelta(minutes=11, seconds=3), "11m3s"),
+        ("1h", timedelta(hours=1), "1h0m0s"),
+        ("1.5s", timedelta(seconds=1.5), "1.5s"),
+        ("0", timedelta(0), "0s"),
+        ("+0s", timedelta(0), "0s"),
+        ("-1m30s", -timedelta(seconds=90), "-1m30s"),
+        ("1500us", timedelta(microseconds=1500), "1.5ms"),
+        ("7\u00b5s", timedelta(microseconds=7), "7\u00b5s"),
+        ("7\u03bcs", timedelta(microseconds=7), "7\u00b5s"),
+        ("1001ns", timedelta(microseconds=2), "2\u00b5s"),
+        (".5m", timedelta(seconds=30), "30s"),
+        ("1.h", timedelta(hours=1), "1h0m0s"),
+        (
+            "1h1m1.000001s",
+            timedelta(hours=1, minutes=1, seconds=1, microseconds=1),
+            "1h1m1.000001s",
+        ),
+    ],
+)
+def test_go_durations_parse_and_print_as_go_does(
+    text: str, expected: timedelta, canonical: str
+) -> None:
+    assert parse_go_duration(text) == expected
+    assert format_go_duration(expected) == canonical
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", 'time: invalid duration ""'),
+        ("-", 'time: invalid duration "-"'),
+        ("10", 'time: missing unit in duration "10"'),
+        ("1.5.5s", 'time: missing unit in duration "1.5.5s"'),
+        ("10x", 'time: unknown unit "x" in duration "10x"'),
+        ("10 m", 'time: unknown unit " m" in duration "10 m"'),
+        (".s", 'time: invalid duration ".s"'),
+        ("m", 'time: invalid duration "m"'),
+        ("9223372036854775808ns", 'time: invalid duration "9223372036854775808ns"'),
+        ("3000000h", 'time: invalid duration "3000000h"'),
+    ],
+)
+def test_bad_go_durations_give_gos_message(text: str, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        parse_go_duration(text)
+    assert str(e.value) == message
+
+
+def test_go_duration_bounds_are_int64_nanoseconds() -> None:
+    assert parse_go_duration("-9223372036854775808ns") == -timedelta(microseconds=9223372036854776)
+    assert format_go_duration(parse_go_duration("2562047h47m16.854775s")) == "2562047h47m16.854775s"
+
+
+@given(st.integers(min_value=-(2**63 // 1000), max_value=(2**63 - 1) // 1000))
+def test_go_canonical_durations_round_trip(micros: int) -> None:
+    d = timedelta(microseconds=micros)
+    text = format_go_duration(d)
+    assert parse_go_duration(text) == d
+    assert format_go_duration(parse_go_duration(text)) == text
+
+
+# -- properties --------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+FIELDS = [
+    "chipResource",
+    "nodeLabels",
+    "nodeLabels.accelerator",
+    "nodeLabels.topology",
+    "nodeLabels.slice",
+    "provisionOnly",
+    "provisionOnly.key",
+    "provisionOnly.value",
+    "accelerators",
+    "accelerators[tpu7x]",
+    "accelerators[tpu7x].sliceType",
+    "accelerators[tpu7x].chipsPerHost",
+    "accelerators[tpu7x].topologies",
+    "accelerators[tpu7x].topologies[0]",
+    "slice",
+    "slice.ownerKindLabel",
+    "slice.ownerNameLabel",
+    "slice.annotations",
+    "slice.annotations[cloud.google.com/managed-by]",
+    "slice.podAnnotations",
+    "slice.readyStates",
+    "slice.readyStates[0]",
+    "slice.readyTimeout",
+]
+
+
+@given(st.sampled_from(FIELDS), json_values)
+def test_validate_never_raises_whatever_a_field_holds(field: str, value: Any) -> None:
+    errors = validate(mutated({field: value}))
+    assert isinstance(errors, list) and all(isinstance(e, str) for e in errors)
+
+
+@given(st.dictionaries(st.text(), json_values, max_size=6) | json_values)
+def test_validate_never_raises_on_any_document(raw: Any) -> None:
+    errors = validate(raw)
+    assert isinstance(errors, list) and all(isinstance(e, str) for e in errors)
+
+
+@given(st.text(max_size=40))
+def test_decode_never_fails_but_with_config_error(text: str) -> None:
+    try:
+        decode("{" + text)
+    except ConfigError as e:
+        assert e.errors and all(isinstance(m, str) for m in e.errors)
+
+
+STRING_FIELDS = [
+    "chipResource",
+    "nodeLabels.accelerator",
+    "nodeLabels.topology",
+    "nodeLabels.slice",
+    "provisionOnly.key",
+    "provisionOnly.value",
+    "accelerators[tpu7x].sliceType",
+    "accelerators[tpu7x].topologies[0]",
+    "slice.ownerKindLabel",
+    "slice.ownerNameLabel",
+    "slice.annotations[cloud.google.com/managed-by]",
+    "slice.readyStates[0]",
+    "slice.readyTimeout",
+]
+NOT_STRINGS = (
+    st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.lists(st.none(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.none(), max_size=2)
+)
+
+
+@given(st.sampled_from(STRING_FIELDS), NOT_STRINGS)
+def test_a_string_field_of_another_type_gets_exactly_its_type_error(field: str, value: Any) -> None:
+    errors = validate(mutated({field: value}))
+    assert len(errors) == 1
+    assert errors[0].startswith(f"{field}: expected a string, got ")
+
+
+QN_FIELDS = [
+    "chipResource",
+    "nodeLabels.accelerator",
+    "nodeLabels.topology",
+    "nodeLabels.slice",
+    "provisionOnly.key",
+    "slice.ownerKindLabel",
+    "slice.ownerNameLabel",
+]
+LABEL_TEXT = st.text(alphabet="abcAZ019-_./ é", max_size=70) | st.text(max_size=10)
+
+
+def _values_of(raw: dict[str, Any], fields: list[str]) -> set[Any]:
+    values = set()
+    for field in fields:
+        target: Any = raw
+        for key in path_keys(field):
+            target = target[key]
+        values.add(target)
+    return values
+
+
+@given(st.sampled_from(QN_FIELDS), LABEL_TEXT)
+def test_a_qualified_name_field_gets_exactly_its_own_errors(field: str, value: str) -> None:
+    raw = mutated({field: value})
+    group = (
+        QN_FIELDS[1:5]
+        if field in QN_FIELDS[1:5]
+        else QN_FIELDS[5:]
+        if field != "chipResource"
+        else []
+    )
+    assume(value not in _values_of(raw, [f for f in group if f != field]))
+    assume(not value.startswith("ome.io/"))
+    problems = qualified_name_problems(value)
+    if value == "":
+        expected = [f"{field}: required"]
+    elif problems:
+        expected = [qn_error(field, value, *problems)]
+    else:
+        expected = []
+    assert validate(raw) == expected
+
+
+@given(LABEL_TEXT)
+def test_the_provision_only_value_gets_exactly_its_own_errors(value: str) -> None:
+    problems = label_value_problems(value)
+    expected = (
+        ["provisionOnly.value: required"]
+        if value == ""
+        else [lv_error("provisionOnly.value", value, *problems)]
+        if problems
+        else []
+    )
+    assert validate(mutated({"provisionOnly.value": value})) == expected
+
+
+@given(st.integers(min_value=-(2**70), max_value=2**70))
+def test_chips_per_host_gets_exactly_its_own_errors(chips_per_host: int) -> None:
+    if chips_per_host <= 0:
+        expected = [f"{ACC}.chipsPerHost: must be positive, got {chips_per_host}"]
+    else:
+        expected = [
+            f"{ACC}.topologies[{i}]: topology {topo} is {chips} chips, not a whole number of "
+            f"{chips_per_host}-chip hosts"
+            for i, (topo, chips) in enumerate((("2x2x1", 4), ("2x2x2", 8)))
+            if chips % chips_per_host
+        ]
+    assert validate(mutated({f"{ACC}.chipsPerHost": chips_per_host})) == expected
+
+
+@given(st.text(alphabet="0123456789.hmsuµn+- ", max_size=12))
+def test_the_ready_timeout_gets_exactly_its_own_error(text: str) -> None:
+    try:
+        positive = parse_go_duration(text) > timedelta(0)
+    except ValueError:
+        positive = False
+    expected = (
+        []
+        if text == "" or positive
+        else [f"slice.readyTimeout: {quoted(text)} must be a positive duration"]
+    )
+    assert validate(mutated({"slice.readyTimeout": text})) == expected
+
+
+@given(st.lists(st.sampled_from(["ACTIVE", "ACTIVE_DEGRADED", "", "FAILED"]), max_size=5))
+def test_ready_states_get_exactly_their_own_errors(states: list[str]) -> None:
+    expected = [] if states else ["slice.readyStates: at least one state is required"]
+    seen: set[str] = set()
+    for i, state in enumerate(states):
+        if state == "":
+            expected.append(f"slice.readyStates[{i}]: must not be empty")
+        elif state in seen:
+            expected.append(f'slice.readyStates[{i}]: "{state}" is listed twice')
+        seen.add(state)
+    assert validate(mutated({"slice.readyStates": states})) == expected
+
+
+# -- ome-manager check-config ----------------------------------------------------------------
+
+
+def run_check(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = checkconfig.main(argv, stdin=io.StringIO(stdin), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_check_config_accepts_the_guide_block(tmp_path: Path) -> None:
+    path = tmp_path / "block.json"
+    path.write_text(GUIDE_CONFIG_JSON)
+    assert run_check([str(path)]) == (0, "ok\n", "")
+
+
+def test_check_config_reads_a_helm_values_file(tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(GUIDE_VALUES_YAML)
+    assert run_check([str(path)]) == (0, "ok\n", "")
+
+
+def test_check_config_reads_standard_input_for_dash() -> None:
+    assert run_check(["-"], stdin=GUIDE_VALUES_YAML) == (0, "ok\n", "")
+    assert run_check(["-"], stdin=GUIDE_CONFIG_JSON) == (0, "ok\n", "")
+
+
+def test_check_config_prints_every_error_one_per_line(tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(
+        GUIDE_VALUES_YAML.replace("chipsPerHost: 4", "chipsPerHost: 0").replace(
+            "readyTimeout: 10m", "readyTimeout: 0s"
+        )
+    )
+    code, out, err = run_check([str(path)])
+    assert (code, err) == (1, "")
+    assert out.splitlines() == [
+        "invalid tpuSliceProvisioning config:",
+        "accelerators[tpu7x].chipsPerHost: must be positive, got 0",
+        'slice.readyTimeout: "0s" must be a positive duration',
+    ]
+
+
+def test_check_config_reports_decoding_errors_of_a_values_file() -> None:
+    values = GUIDE_VALUES_YAML.replace('retry-on-failure: "true"', "retry-on-failure: true")
+    values = values.replace("      chipResource:", "      chipresource: x\n      chipResource:")
+    assert run_check(["-"], stdin=values) == (
+        1,
+        "invalid tpuSliceProvisioning config:\n"
+        'unknown field "chipresource"\n'
+        "malformed JSON object: slice.annotations[slice.gke.io/retry-on-failure]: expected a "
+        "string, got a boolean\n",
+        "",
+    )
+
+
+def test_check_config_checks_a_json_block_strictly() -> None:
+    block = GUIDE_CONFIG_JSON.replace(
+        '"chipResource":"google.com/tpu"', '"chipResource":"a","chipResource":"b"'
+    )
+    assert run_check(["-"], stdin=block) == (
+        1,
+        'invalid tpuSliceProvisioning config:\nduplicate field "chipResource"\n',
+        "",
+    )
+
+
+def test_check_config_takes_a_block_given_as_json_text_in_values() -> None:
+    values = (
+        "ome:\n  controller:\n    tpuSliceProvisioning: " + json.dumps(GUIDE_CONFIG_JSON) + "\n"
+    )
+    assert run_check(["-"], stdin=values) == (0, "ok\n", "")
+
+
+def test_check_config_says_when_values_turn_provisioning_off() -> None:
+    code, out, _ = run_check(["-"], stdin="ome:\n  controller:\n    other: 1\n")
+    assert code == 0
+    assert (
+        out
+        == "ok: ome.controller.tpuSliceProvisioning is not set, so TPU slice provisioning is off\n"
+    )
+
+
+def test_check_config_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    code, out, err = run_check([str(missing)])
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"ome-manager check-config: error: cannot read {missing}: No such file or directory\n"
+    )
+
+
+def test_check_config_usage_and_help() -> None:
+    code, out, err = run_check([])
+    assert code == 2 and out == "" and "usage: ome-manager check-config" in err
+    code, out, err = run_check(["--help"])
+    assert code == 0 and out.startswith("usage: ome-manager check-config [-h] FILE") and err == ""
+
+
+def test_manager_dispatches_check_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ome.entrypoints.manager import main
+
+    path = tmp_path / "block.json"
+    path.write_text(GUIDE_CONFIG_JSON)
+    assert main(["check-config", str(path)]) == 0
+    assert capsys.readouterr().out == "ok\n"
