@@ -18,7 +18,8 @@ from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.controllers.setup import setup
 from ome.provider import gke
 from ome.runtime.manager import Manager, ManagerOptions
-from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, PODS, Rest
+from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, NODES, PODS, Rest
+from ome.sim.apiserver.faults import Fault
 from ome.sim.gke.model import parse_pools
 from ome.sim.gke.provider import Options, Provider, install_slice_crd
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
@@ -302,3 +303,211 @@ def test_the_manager_only_ever_creates_and_deletes_slices(env: Env) -> None:
     for verb in ("update", "patch"):
         assert acc.total(verb, "slices", MANAGER_AGENT) == 0
         assert acc.total(verb, "slices/status", MANAGER_AGENT) == 0
+
+
+def the_slice(env: Env) -> JSON:
+    return eventually(lambda: (s := env.slices()) and len(s) == 1 and s[0], timeout=30)
+
+
+def test_slice_lost_when_deleted_from_outside(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    old = the_slice(env)
+    old_pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    env.kubectl("delete", "slices.accelerator.gke.io", old["metadata"]["name"], "--wait=false")
+    message = eventually(lambda: env.events("SliceLost"), timeout=30)[0]
+    assert message == (
+        f"TPU slice {old['metadata']['name']} was deleted while pods qwen3-tpu-engine-0-default-0 "
+        "ran on it; they are deleted so that their Instance is rebuilt"
+    )
+    # The Instance is rebuilt on a new Slice at the same name, with a new pod.
+    new = eventually(
+        lambda: (
+            (s := env.slices())
+            and s[0]["metadata"]["uid"] != old["metadata"]["uid"]
+            and not s[0]["metadata"].get("deletionTimestamp")
+            and s[0]
+        ),
+        timeout=60,
+    )
+    assert new["metadata"]["name"] == old["metadata"]["name"]
+    eventually(
+        lambda: (r := env.rows()) and r[0]["phase"] == "Ready" and r[0]["incarnation"] >= 1,
+        timeout=60,
+    )
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    assert pod["metadata"]["uid"] != old_pod["metadata"]["uid"]
+    labels = {"slice_type": "tpu7x", "topology": "2x2x1"}
+    assert env.registry.get_sample_value("ome_tpu_slice_lost_total", labels) == 1.0
+
+
+def test_slice_lost_when_its_partitions_go(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    name = the_slice(env)["metadata"]["name"]
+    env.kubectl("annotate", "slices.accelerator.gke.io", name, "sim.ome.io/drop-partitions=true")
+    message = eventually(lambda: env.events("SliceLost"), timeout=30)[0]
+    assert message.startswith(
+        f"TPU slice {name} lost its partitions while pods qwen3-tpu-engine-0-default-0"
+    )
+
+
+def test_a_foreign_slice_at_the_name_is_an_ownership_conflict(tight: Env) -> None:
+    env = tight
+    env.apply(opted("first"))  # takes the pool's only host
+    eventually(lambda: (r := env.rows("first-engine")) and r[0]["phase"] == "Ready", timeout=60)
+    env.apply(opted("second"))
+    waiting = eventually(
+        lambda: [s for s in env.slices() if s["metadata"]["name"].startswith("second-engine-0-0-")],
+        timeout=30,
+    )[0]
+    name = waiting["metadata"]["name"]
+    # Someone deletes OME's waiting Slice and puts their own at the name. (The manager's own
+    # creates are held off meanwhile, so that the other party wins the race for the name.)
+    env.cluster.server.faults.add(
+        Fault(verb="create", resource="slices", user_agent=MANAGER_AGENT, code=503, times=None)
+    )
+    env.rest.delete(gke.SLICES, name)
+    eventually(lambda: gone(lambda: env.rest.get(gke.SLICES, name)), timeout=30)
+    env.rest.create(
+        gke.SLICES,
+        {
+            "apiVersion": "accelerator.gke.io/v1beta1",
+            "kind": "Slice",
+            "metadata": {"name": name, "labels": {"team": "other"}},
+            "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
+        },
+    )
+    foreign = env.rest.get(gke.SLICES, name)
+    env.cluster.server.faults.clear()
+    message = eventually(lambda: env.events("SliceOwnershipConflict"), timeout=30)[0]
+    assert (
+        message
+        == f"OMENative component=engine instance=0 withheld: slice is owned by another object: {name}"
+    )
+    # Never adopted, changed or deleted; the pods stay withheld.
+    env.kubectl("delete", "inferenceservice", "second", "-n", NS, "--timeout=60s")
+    after = env.rest.get(gke.SLICES, name)
+    assert after["metadata"]["uid"] == foreign["metadata"]["uid"]
+    assert after["metadata"]["labels"] == {"team": "other"}
+
+
+@pytest.fixture
+def timing_out(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
+    config = json.loads(GUIDE_CONFIG_JSON)
+    config["slice"]["readyTimeout"] = "2s"
+    yield from make_env(
+        cluster,
+        kubectl,
+        ["tpu7x:provision-only:2"],
+        config=json.dumps(config),
+        activation_delay=3.0,
+    )
+
+
+def test_a_slice_stuck_activating_is_recycled_after_the_ready_timeout(timing_out: Env) -> None:
+    env = timing_out
+    env.apply(opted())
+    first = the_slice(env)
+    env.kubectl(
+        "annotate",
+        "slices.accelerator.gke.io",
+        first["metadata"]["name"],
+        "sim.ome.io/stick-activating=true",
+    )
+    message = eventually(lambda: env.events("SliceReadyTimeout"), timeout=60)[0]
+    assert message.startswith(
+        f"OMENative component=engine instance=0 withheld: slice {first['metadata']['name']} is ACTIVATING for "
+    )
+    assert message.endswith(
+        ", longer than the 2s ready timeout; it is released and provisioned again once no pod holds it"
+    )
+    # A new Slice (new UID) at the same name, which the provider activates.
+    eventually(
+        lambda: (s := env.slices()) and s[0]["metadata"]["uid"] != first["metadata"]["uid"],
+        timeout=60,
+    )
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+
+
+@pytest.fixture
+def slow(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
+    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:2"], activation_delay=2.0)
+
+
+def test_a_ready_slice_on_a_broken_host_is_recycled(slow: Env) -> None:
+    env = slow
+    env.apply(opted())
+    first = eventually(
+        lambda: (s := env.slices()) and s[0]["spec"].get("partitionIds") and s[0], timeout=30
+    )
+    partition = first["spec"]["partitionIds"][0]
+    host = next(
+        n
+        for n in env.rest.list(NODES)["items"]
+        if (n["metadata"].get("annotations") or {}).get("sim.ome.io/partition-id") == partition
+    )
+    env.kubectl("cordon", host["metadata"]["name"])  # before the Slice turns ready
+    message = eventually(lambda: env.events("SliceHostUnavailable"), timeout=60)[0]
+    assert message == (
+        f"OMENative component=engine instance=0 withheld: slice {first['metadata']['name']} is ACTIVE, "
+        f"but node {host['metadata']['name']} is cordoned; it is released and provisioned again once no "
+        "pod holds it"
+    )
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    assert pod["spec"]["nodeName"] != host["metadata"]["name"]
+
+
+def test_release_is_deferred_while_a_foreign_pod_holds_chips(env: Env) -> None:
+    svc = opted()
+    svc["spec"]["engine"].update(minReplicas=2, maxReplicas=2)
+    env.apply(svc)
+    eventually(
+        lambda: len(env.rows()) == 2 and all(r["phase"] == "Ready" for r in env.rows()), timeout=60
+    )
+    doomed = next(
+        s for s in env.slices() if s["metadata"]["labels"]["ome.io/instance-index"] == "1"
+    )
+    host = env.rest.list(
+        __import__("ome.runtime.rest", fromlist=["NODES"]).NODES,
+        label_selector=f"cloud.google.com/gke-tpu-slice={doomed['metadata']['name']}",
+    )["items"][0]
+    # A foreign pod bound to the host, holding chips (bound directly: as a kubelet sees it).
+    env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})
+    env.rest.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "indexer-0"},
+            "spec": {
+                "nodeName": host["metadata"]["name"],
+                "containers": [
+                    {"name": "c", "image": "x:1", "resources": {"limits": {"google.com/tpu": "1"}}}
+                ],
+            },
+        },
+        "tpu-batch",
+    )
+    env.apply(opted())  # scale down to 1: Instance 1's Slice is to be released
+    message = eventually(lambda: env.events("SliceReleaseDeferred"), timeout=30)[0]
+    assert message == (
+        f"TPU slice {doomed['metadata']['name']} is kept: pods of other workloads hold chips on its "
+        "hosts (tpu-batch/indexer-0); it is released once they are gone"
+    )
+    assert env.rest.get(gke.SLICES, doomed["metadata"]["name"])
+    env.rest.delete(PODS, "indexer-0", "tpu-batch", grace_period_seconds=0)
+    # Retried on the next reconcile: nudge one.
+    env.rest.patch(
+        INFERENCE_REPLICAS, "qwen3-tpu-engine", {"metadata": {"annotations": {"nudge": "1"}}}, NS
+    )
+    eventually(lambda: len(env.slices()) == 1, timeout=60)

@@ -28,7 +28,7 @@ from ome.tpuslice.types import Config
 from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
 from .inferenceservice.controller import InferenceServiceReconciler
 from .slices.metrics import SliceMetrics
-from .slices.provisioning import SliceProvisioning
+from .slices.provisioning import SliceProvisioning, slice_owner_keys
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     hooks = hooks or Hooks()
     pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
     config = load_config(manager.client, manager.options.namespace)
+    provisioning: SliceProvisioning | None = None
     if config is not None:
         if gke.crd_available(manager.client):
             provisioning = SliceProvisioning(
@@ -83,7 +84,13 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     replica_reconciler = InferenceReplicaReconciler(
         manager.client, replicas, pods, manager.event_recorder("inferencereplica-controller"), hooks
     )
-    manager.add_controller(replica_reconciler.controller())
+    replica_controller = replica_reconciler.controller()
+    if provisioning is not None:
+        # A Slice routes to its owner by the ome.io/slice-owner annotation; a node to the
+        # owner of the Slice its slice label names.
+        replica_controller.watch(provisioning.slices, keys=slice_owner_keys)
+        replica_controller.watch(provisioning.nodes, keys=provisioning.node_owner_keys)
+    manager.add_controller(replica_controller)
     service_reconciler = InferenceServiceReconciler(
         manager.client,
         inf.informer(INFERENCE_SERVICES),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
@@ -73,6 +73,12 @@ class SliceProvisioning:
         self._lock = threading.Lock()
         #: slice name -> when we created it (monotonic wall time), for the duration metric
         self._born: TTLCache[str, datetime] = TTLCache(maxsize=100_000, ttl=86_400)
+
+    def node_owner_keys(self, node: JSON) -> list[str]:
+        """A node routes to the owner of the Slice its slice label names."""
+        name = ((node.get("metadata") or {}).get("labels") or {}).get(self.config.slice_label)
+        found = self.slices.get(name) if name else None
+        return slice_owner_keys(found) if found is not None else []
 
     def hooks(self) -> Hooks:
         return Hooks(
@@ -169,7 +175,9 @@ class SliceProvisioning:
         name = self._name(replica, slot)
         uid = replica["metadata"]["uid"]
         found = self.slices.get(name)
-        if found is None:
+        if found is not None:
+            self._created.pop(name, None)  # the cache shows it: the expectation is met
+        else:
             if name in self._created:
                 return f"slice {name} is waiting for partition assignment"
             found = self._create(replica, slot, name, want, pods)
@@ -240,12 +248,13 @@ class SliceProvisioning:
         waited = self.clock() - since
         if waited <= timeout:
             return
+        whole = timedelta(seconds=int(waited.total_seconds()))  # 11m3s, as the guide prints
         if self._release(replica, found, want):
             self._warn(
                 replica,
                 "SliceReadyTimeout",
                 index,
-                f"{reason} for {format_go_duration(waited)}, longer than the "
+                f"{reason} for {format_go_duration(whole)}, longer than the "
                 f"{format_go_duration(timeout)} ready timeout; it is released and provisioned "
                 "again once no pod holds it",
             )
@@ -533,6 +542,14 @@ class SliceProvisioning:
             f"releasing owned TPU slices failed: {len(remaining)} remain; delete the slices "
             f"labeled {naming.OWNER_UID_LABEL}={uid} by hand"
         )
+
+
+def slice_owner_keys(slice_obj: JSON) -> list[str]:
+    """The replica key a Slice's ``ome.io/slice-owner`` annotation names (none if absent)."""
+    owner = ((slice_obj.get("metadata") or {}).get("annotations") or {}).get(
+        naming.OWNER_ANNOTATION
+    )
+    return [owner] if owner and owner.count("/") == 1 else []
 
 
 def _replica_of_pod(pod: JSON) -> list[str]:

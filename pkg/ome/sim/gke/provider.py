@@ -501,7 +501,7 @@ class Provider:
             self._move(obj, hosts, move)
             return
         if state in ("", CREATION_FAILED):
-            self._set_state(obj, ACTIVATING, "False", "the slice's partition is being activated")
+            self._set_state(obj, ACTIVATING, "False", "")  # GKE reports no message while activating
             self._schedule_activation(obj)
             return
         if state == ACTIVATING:
