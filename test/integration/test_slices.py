@@ -511,3 +511,81 @@ def test_release_is_deferred_while_a_foreign_pod_holds_chips(env: Env) -> None:
         INFERENCE_REPLICAS, "qwen3-tpu-engine", {"metadata": {"annotations": {"nudge": "1"}}}, NS
     )
     eventually(lambda: len(env.slices()) == 1, timeout=60)
+
+
+def test_the_slices_gauge_counts_states_while_leading(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    labels = {"slice_type": "tpu7x", "topology": "2x2x1", "state": "ready"}
+    eventually(lambda: env.registry.get_sample_value("ome_tpu_slices", labels) == 1.0, timeout=10)
+
+
+def test_a_surge_update_gets_its_own_slice_and_the_old_one_goes(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    old = the_slice(env)
+    changed = opted()
+    changed["spec"]["engine"]["runner"]["image"] = "registry.example/sglang-tpu:v2"
+    env.apply(changed)
+    surge = eventually(
+        lambda: [s for s in env.slices() if s["metadata"]["labels"]["ome.io/pod-ordinal"] == "1"],
+        timeout=30,
+    )[0]
+    assert surge["metadata"]["name"].startswith("qwen3-tpu-engine-0-1-")
+    eventually(
+        lambda: [s["metadata"]["name"] for s in env.slices()] == [surge["metadata"]["name"]],
+        timeout=60,
+    )
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-1", NS)
+    assert (
+        pod["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-slice"] == surge["metadata"]["name"]
+    )
+    assert gone(lambda: env.rest.get(gke.SLICES, old["metadata"]["name"]))
+
+
+def test_an_invalid_config_stops_the_manager_listing_every_error(
+    cluster: Cluster, kubectl: Kubectl, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rest = Rest(cluster.api)
+    kubectl("apply", "-f", "config/crd/")
+    rest.create(NAMESPACES, {"metadata": {"name": "ome"}})
+    bad = json.loads(GUIDE_CONFIG_JSON)
+    bad["chipResource"] = ""
+    bad["slice"]["readyStates"] = []
+    rest.create(
+        CONFIGMAPS,
+        {
+            "metadata": {"name": "inferenceservice-config"},
+            "data": {"tpuSliceProvisioning": json.dumps(bad)},
+        },
+        "ome",
+    )
+    script = Path(sys.executable).parent / "ome-manager"
+    out = subprocess.run(
+        [
+            str(script),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--metrics-bind-address",
+            "0",
+            "--health-probe-bind-address",
+            "0",
+            "--log-format",
+            "text",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "Failed to initialize TPU slice provisioning configuration" in out.stderr
+    assert "chipResource: required" in out.stderr
+    assert "slice.readyStates: at least one state is required" in out.stderr

@@ -22,12 +22,13 @@ from ome.provider import gke
 from ome.runtime.client import Client
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
+from ome.tpuslice import naming
 from ome.tpuslice.config import parse as parse_config
 from ome.tpuslice.types import Config
 
 from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
 from .inferenceservice.controller import InferenceServiceReconciler
-from .slices.metrics import SliceMetrics
+from .slices.metrics import SliceGauge, SliceMetrics
 from .slices.provisioning import SliceProvisioning, slice_owner_keys
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,19 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
                 SliceMetrics(config, manager.registry),
             )
             hooks = _merge(hooks, provisioning.hooks())
+            replicas_cache = inf.informer(INFERENCE_REPLICAS)
+            manager.registry.register(
+                SliceGauge(
+                    lambda: [
+                        s
+                        for s in provisioning.slices.list()
+                        if (s["metadata"].get("labels") or {}).get(naming.OWNER_UID_LABEL)
+                    ],
+                    manager.is_leader,
+                    lambda: {str(r["metadata"].get("uid")) for r in replicas_cache.list()},
+                    config.slice.ready_states,
+                )
+            )
             log.info("TPU slice provisioning is on for %s", ", ".join(sorted(config.accelerators)))
         else:
             log.warning(gke.CRD_MISSING_LOG)

@@ -3,10 +3,16 @@ pre-created at zero, as the guide promises. Counting only: no decisions here."""
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from collections.abc import Callable, Iterator
+from typing import Any
 
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from ome.tpuslice import naming
 from ome.tpuslice.types import Config
 
+JSON = dict[str, Any]
 LABELS = ("slice_type", "topology")
 DURATION_BUCKETS = tuple(float(2**i) for i in range(15))  # 1, 2, 4 ... 16384
 
@@ -55,3 +61,42 @@ class SliceMetrics:
                     self.duration,
                 ):
                     family.labels(acc.slice_type, topology)
+
+
+class SliceGauge:
+    """``ome_tpu_slices{slice_type,topology,state}``, computed at scrape time from the Slice
+    cache, and only while this replica leads (others report nothing)."""
+
+    def __init__(
+        self,
+        slices: Callable[[], list[JSON]],
+        leading: Callable[[], bool],
+        owner_uids: Callable[[], set[str]],
+        ready_states: tuple[str, ...],
+    ) -> None:
+        self._slices, self._leading, self._owner_uids = slices, leading, owner_uids
+        self._ready_states = ready_states
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "ome_tpu_slices", "OME's TPU Slices by state", labels=[*LABELS, "state"]
+        )
+        if self._leading():
+            owners = self._owner_uids()
+            counts: dict[tuple[str, str, str], int] = {}
+            for s in self._slices():
+                spec = s.get("spec") or {}
+                state = naming.slice_state(s)
+                if state.terminating:
+                    kind = "terminating"
+                elif (s["metadata"].get("labels") or {}).get(naming.OWNER_UID_LABEL) not in owners:
+                    kind = "orphaned"
+                elif naming.is_ready(state, self._ready_states):
+                    kind = "ready"
+                else:
+                    kind = "pending"
+                key = (str(spec.get("type", "")), str(spec.get("topology", "")), kind)
+                counts[key] = counts.get(key, 0) + 1
+            for (slice_type, topology, kind), n in sorted(counts.items()):
+                family.add_metric([slice_type, topology, kind], n)
+        yield family
