@@ -589,3 +589,50 @@ def test_an_invalid_config_stops_the_manager_listing_every_error(
     assert "Failed to initialize TPU slice provisioning configuration" in out.stderr
     assert "chipResource: required" in out.stderr
     assert "slice.readyStates: at least one state is required" in out.stderr
+
+
+def test_a_teardown_past_its_deadline_finishes_with_a_warning(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    replica = env.rest.patch(
+        INFERENCE_REPLICAS,
+        "qwen3-tpu-engine",
+        {"spec": {"lifecycle": {"teardownTimeout": "1s"}}},
+        NS,
+    )
+    held = the_slice(env)
+    host = eventually(
+        lambda: env.rest.list(
+            NODES, label_selector=f"cloud.google.com/gke-tpu-slice={held['metadata']['name']}"
+        )["items"],
+        timeout=10,
+    )[0]
+    env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})
+    env.rest.create(
+        PODS,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "indexer-0"},
+            "spec": {
+                "nodeName": host["metadata"]["name"],
+                "containers": [
+                    {"name": "c", "image": "x:1", "resources": {"limits": {"google.com/tpu": "1"}}}
+                ],
+            },
+        },
+        "tpu-batch",
+    )
+    env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--wait=false")
+    eventually(
+        lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)), timeout=60
+    )
+    items = env.rest.list(EVENTS, NS, field_selector="reason=TeardownDeadlineExceeded")["items"]
+    uid = replica["metadata"]["uid"]
+    assert items and items[0]["message"] == (
+        "teardown deadline exceeded; releasing owned TPU slices failed: 1 remain; "
+        f"delete the slices labeled ome.io/slice-owner-uid={uid} by hand"
+    )
+    assert items[0]["involvedObject"]["kind"] == "InferenceReplica"
