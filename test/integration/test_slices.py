@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -636,3 +637,81 @@ def test_a_teardown_past_its_deadline_finishes_with_a_warning(env: Env) -> None:
         f"delete the slices labeled ome.io/slice-owner-uid={uid} by hand"
     )
     assert items[0]["involvedObject"]["kind"] == "InferenceReplica"
+
+
+@pytest.mark.parametrize(
+    ("knob", "why"),
+    [("sim.ome.io/not-ready", "is not ready"), ("sim.ome.io/unreachable", "is unreachable")],
+)
+def test_a_ready_slice_on_a_not_ready_or_unreachable_host_is_recycled(
+    slow: Env, knob: str, why: str
+) -> None:
+    env = slow
+    env.apply(opted())
+    first = eventually(
+        lambda: (s := env.slices()) and s[0]["spec"].get("partitionIds") and s[0], timeout=30
+    )
+    partition = first["spec"]["partitionIds"][0]
+    host = next(
+        n
+        for n in env.rest.list(NODES)["items"]
+        if (n["metadata"].get("annotations") or {}).get("sim.ome.io/partition-id") == partition
+    )
+    env.kubectl("annotate", "node", host["metadata"]["name"], f"{knob}=true")
+    message = eventually(lambda: env.events("SliceHostUnavailable"), timeout=60)[0]
+    assert f"but node {host['metadata']['name']} {why}; it is released" in message
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+
+
+def test_a_running_instances_slice_is_left_alone_when_a_host_breaks(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    running = the_slice(env)
+    host = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)["spec"]["nodeName"]
+    env.kubectl("cordon", host)
+    env.rest.patch(
+        INFERENCE_REPLICAS, "qwen3-tpu-engine", {"metadata": {"annotations": {"nudge": "1"}}}, NS
+    )
+    eventually(lambda: env.rows()[0]["phase"] == "Ready", timeout=10)
+    assert env.events("SliceHostUnavailable") == []
+    assert env.slices()[0]["metadata"]["uid"] == running["metadata"]["uid"]
+
+
+def test_slice_lost_when_moved_off_its_node(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    name = the_slice(env)["metadata"]["name"]
+    host = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)["spec"]["nodeName"]
+    env.kubectl("annotate", "slices.accelerator.gke.io", name, "sim.ome.io/move=1")
+    message = eventually(lambda: env.events("SliceLost"), timeout=30)[0]
+    assert message == (
+        f"TPU slice {name} moved off node {host} while pods qwen3-tpu-engine-0-default-0 ran on it; "
+        "they are deleted so that their Instance is rebuilt"
+    )
+
+
+@pytest.fixture
+def tight_timeout(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
+    config = json.loads(GUIDE_CONFIG_JSON)
+    config["slice"]["readyTimeout"] = "1s"
+    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:1"], config=json.dumps(config))
+
+
+def test_pool_without_capacity_never_times_out(tight_timeout: Env) -> None:
+    env = tight_timeout
+    env.apply(opted("first"))
+    eventually(lambda: (r := env.rows("first-engine")) and r[0]["phase"] == "Ready", timeout=60)
+    env.apply(opted("second"))
+    waiting = eventually(
+        lambda: [s for s in env.slices() if s["metadata"]["name"].startswith("second-")], timeout=30
+    )[0]
+    time.sleep(2.5)  # the scenario is time passing: well past the 1s ready timeout
+    still = env.rest.get(gke.SLICES, waiting["metadata"]["name"])
+    assert still["metadata"]["uid"] == waiting["metadata"]["uid"]
+    assert env.events("SliceReadyTimeout") == []
