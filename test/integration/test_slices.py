@@ -306,6 +306,23 @@ def test_the_manager_only_ever_creates_and_deletes_slices(env: Env) -> None:
         assert acc.total(verb, "slices/status", MANAGER_AGENT) == 0
 
 
+def hold_chips_on(env: Env, node: str) -> None:
+    """Another workload's pod, bound to ``node``, holding one chip (tpu-batch/indexer-0)."""
+    env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "indexer-0"},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "c", "image": "x:1", "resources": {"limits": {"google.com/tpu": "1"}}}
+            ],
+        },
+    }
+    env.rest.create(PODS, pod, "tpu-batch")
+
+
 def the_slice(env: Env) -> JSON:
     return eventually(lambda: (s := env.slices()) and len(s) == 1 and s[0], timeout=30)
 
@@ -479,26 +496,11 @@ def test_release_is_deferred_while_a_foreign_pod_holds_chips(env: Env) -> None:
         s for s in env.slices() if s["metadata"]["labels"]["ome.io/instance-index"] == "1"
     )
     host = env.rest.list(
-        __import__("ome.runtime.rest", fromlist=["NODES"]).NODES,
+        NODES,
         label_selector=f"cloud.google.com/gke-tpu-slice={doomed['metadata']['name']}",
     )["items"][0]
     # A foreign pod bound to the host, holding chips (bound directly: as a kubelet sees it).
-    env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})
-    env.rest.create(
-        PODS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "indexer-0"},
-            "spec": {
-                "nodeName": host["metadata"]["name"],
-                "containers": [
-                    {"name": "c", "image": "x:1", "resources": {"limits": {"google.com/tpu": "1"}}}
-                ],
-            },
-        },
-        "tpu-batch",
-    )
+    hold_chips_on(env, host["metadata"]["name"])
     env.apply(opted())  # scale down to 1: Instance 1's Slice is to be released
     message = eventually(lambda: env.events("SliceReleaseDeferred"), timeout=30)[0]
     assert message == (
@@ -610,22 +612,7 @@ def test_a_teardown_past_its_deadline_finishes_with_a_warning(env: Env) -> None:
         )["items"],
         timeout=10,
     )[0]
-    env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})
-    env.rest.create(
-        PODS,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "indexer-0"},
-            "spec": {
-                "nodeName": host["metadata"]["name"],
-                "containers": [
-                    {"name": "c", "image": "x:1", "resources": {"limits": {"google.com/tpu": "1"}}}
-                ],
-            },
-        },
-        "tpu-batch",
-    )
+    hold_chips_on(env, host["metadata"]["name"])
     env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--wait=false")
     eventually(
         lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)), timeout=60
