@@ -702,3 +702,34 @@ def test_pool_without_capacity_never_times_out(tight_timeout: Env) -> None:
     still = env.rest.get(gke.SLICES, waiting["metadata"]["name"])
     assert still["metadata"]["uid"] == waiting["metadata"]["uid"]
     assert env.events("SliceReadyTimeout") == []
+
+
+def test_slice_lost_when_recreated_from_outside(env: Env) -> None:
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    old = the_slice(env)
+    name = old["metadata"]["name"]
+    copy_of = {
+        "apiVersion": old["apiVersion"],
+        "kind": "Slice",
+        "metadata": {
+            "name": name,
+            "labels": old["metadata"]["labels"],
+            "annotations": old["metadata"]["annotations"],
+        },
+        "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
+    }
+    time.sleep(1.1)  # creationTimestamps have one-second resolution: the copy is younger
+    env.cluster.server.faults.add(
+        Fault(verb="create", resource="slices", user_agent=MANAGER_AGENT, code=503, times=None)
+    )
+    env.rest.delete(gke.SLICES, name)
+    eventually(lambda: gone(lambda: env.rest.get(gke.SLICES, name)), timeout=30)
+    env.rest.create(gke.SLICES, copy_of)  # re-created from outside, with OME's labels
+    env.cluster.server.faults.clear()
+    message = eventually(lambda: env.events("SliceLost"), timeout=30)[0]
+    assert message.startswith(
+        f"TPU slice {name} was deleted while pods qwen3-tpu-engine-0-default-0 ran on it"
+    )
