@@ -70,6 +70,34 @@ class Env:
         return [e["message"] for e in items]
 
 
+def _invariant(cluster: Cluster, violations: list[str]) -> Any:
+    """A pod of an opted-in Instance is never created before its Slice is ready, and never
+    without the slice-label selector: checked on the server, at the moment of each create."""
+    ready_states = tuple(json.loads(GUIDE_CONFIG_JSON)["slice"]["readyStates"])
+
+    def check(change: Any) -> None:
+        if change.type != "ADDED" or change.tkey != ("", "pods"):
+            return
+        pod = change.obj
+        if (pod["metadata"].get("labels") or {}).get("ome.io/managed-by") != "OMENative":
+            return
+        name = (pod["spec"].get("nodeSelector") or {}).get("cloud.google.com/gke-tpu-slice")
+        if not name:
+            violations.append(
+                f"pod {pod['metadata']['name']} was created without the slice selector"
+            )
+            return
+        found = cluster.server.store.peek(("accelerator.gke.io", "slices"), ("", name))
+        conds = ((found or {}).get("status") or {}).get("conditions") or []
+        ready = next((c for c in conds if c.get("type") == "Ready"), None)
+        if found is None or not ready or ready.get("reason") not in ready_states:
+            violations.append(
+                f"pod {pod['metadata']['name']} was created before slice {name} was ready"
+            )
+
+    return check
+
+
 def make_env(
     cluster: Cluster,
     kubectl: Kubectl,
@@ -117,6 +145,11 @@ def make_env(
     thread.start()
     rest.create(NAMESPACES, {"metadata": {"name": NS}})
     env = Env(cluster, rest, kubectl, manager, registry)
+    violations: list[str] = []
+    if any(":provision-only:" in p for p in pools) and crd:
+        cluster.thread.call(
+            lambda: cluster.server.store.listeners.append(_invariant(cluster, violations))
+        )
     env.apply(RUNTIME)
     env.apply(MODEL)
     try:
@@ -125,6 +158,7 @@ def make_env(
         stop.set()
         thread.join(30)
         provider.stop()
+    assert violations == [], "\n".join(violations)
 
 
 @pytest.fixture
