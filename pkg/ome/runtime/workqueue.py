@@ -47,15 +47,12 @@ class RateLimiter(Protocol):
 
     def when(self, item: Item) -> float:
         """Seconds to wait before retrying ``item``; counts as one more failure of it."""
-        ...
 
     def forget(self, item: Item) -> None:
         """Stop tracking ``item``: its next failure starts afresh."""
-        ...
 
     def num_requeues(self, item: Item) -> int:
         """How many failures of ``item`` are being remembered."""
-        ...
 
 
 class ItemExponentialFailureRateLimiter:
