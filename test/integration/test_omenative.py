@@ -282,6 +282,9 @@ def test_deleting_the_service_or_its_namespace_leaves_nothing(env: Env) -> None:
 def test_a_hold_parks_the_deadline_and_its_release_restarts_it(env: Env) -> None:
     env.holds[0] = "TestHold"
     svc = isvc()
+    # Its pod will find no node, so the Instance stays short of Ready and the restarted
+    # deadline can be read after the hold ends.
+    svc["spec"]["engine"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"] = "9x9x9"
     env.apply(svc)
     replica = eventually(lambda: env.rows() and env.replica(), timeout=30)
     env.rest.patch(

@@ -304,8 +304,11 @@ class InferenceReplicaReconciler:
         if TEARDOWN_FINALIZER not in (meta.get("finalizers") or []):
             return None
         ns = meta["namespace"]
-        deadline_text = (replica.get("spec") or {}).get("lifecycle", {}).get("teardownTimeout")
-        timeout = instances.parse_duration(deadline_text) if deadline_text else DEFAULT_TEARDOWN
+        deadline_text = ((replica.get("spec") or {}).get("lifecycle") or {}).get("teardownTimeout")
+        try:
+            timeout = instances.parse_duration(deadline_text) if deadline_text else DEFAULT_TEARDOWN
+        except ValueError:
+            timeout = DEFAULT_TEARDOWN
         started = instances.parse_time(meta["deletionTimestamp"]) or self.clock()
         past_deadline = self.clock() >= started + timeout
         pods = self.client.live_list(PODS, ns, label_selector=f"{LABEL_REPLICA}={meta['name']}")

@@ -280,7 +280,10 @@ def plan(obs: Observed) -> Plan:
     revision = revision_hash(runners)
     desired = max(0, int(spec.get("replicas") or 0))
     timeout_text = (spec.get("lifecycle") or {}).get("instanceReadyTimeout")
-    timeout = parse_duration(timeout_text) if timeout_text else None
+    try:
+        timeout = parse_duration(timeout_text) if timeout_text else None
+    except ValueError:
+        timeout = None  # an unreadable timeout is no timeout: never a reason to stall
     multi = multi_pod(runners)
 
     by_index: dict[int, list[JSON]] = {}
