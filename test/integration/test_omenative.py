@@ -7,7 +7,6 @@ import copy
 import json
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -372,9 +371,21 @@ def test_bad_components_get_a_clear_condition_and_event(env: Env, engine: JSON, 
     env.apply(svc)
     cond = eventually(lambda: env.condition("qwen3-tpu", "EngineReady"), timeout=30)
     assert cond["status"] == "False" and text in cond["message"]
-    events = env.kubectl("get", "events", "-n", NS, "--field-selector", "reason=InvalidSpec").stdout
-    assert text.split(":", maxsplit=1)[0] in events or "InvalidSpec" in events
-    time.sleep(0.5)
+    # The Warning is written in the background: wait for it, and for its text.
+    messages = eventually(
+        lambda: env.kubectl(
+            "get",
+            "events",
+            "-n",
+            NS,
+            "--field-selector",
+            "reason=InvalidSpec",
+            "-o",
+            'jsonpath={range .items[*]}{.message}{"\\n"}{end}',
+        ).stdout.strip(),
+        timeout=30,
+    )
+    assert text in messages
     assert env.condition("qwen3-tpu", "Ready")["status"] == "False"
 
 

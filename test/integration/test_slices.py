@@ -651,7 +651,12 @@ def test_a_teardown_past_its_deadline_finishes_with_a_warning(env: Env) -> None:
     eventually(
         lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)), timeout=60
     )
-    items = env.rest.list(EVENTS, NS, field_selector="reason=TeardownDeadlineExceeded")["items"]
+    items = eventually(
+        lambda: env.rest.list(EVENTS, NS, field_selector="reason=TeardownDeadlineExceeded")[
+            "items"
+        ],
+        timeout=10,
+    )  # events are written in the background
     uid = replica["metadata"]["uid"]
     assert items and items[0]["message"] == (
         "teardown deadline exceeded; releasing owned TPU slices failed: 1 remain; "
@@ -735,7 +740,8 @@ def test_pool_without_capacity_never_times_out(tight_timeout: Env) -> None:
     time.sleep(2.5)  # the scenario is time passing: well past the 1s ready timeout
     still = env.rest.get(gke.SLICES, waiting["metadata"]["name"])
     assert still["metadata"]["uid"] == waiting["metadata"]["uid"]
-    assert env.events("SliceReadyTimeout") == []
+    # (The first Slice may time out while it activates on a slow machine; the waiting one never.)
+    assert not [m for m in env.events("SliceReadyTimeout") if waiting["metadata"]["name"] in m]
 
 
 def test_slice_lost_when_recreated_from_outside(env: Env) -> None:

@@ -248,7 +248,7 @@ class SliceProvisioning:
         waited = self.clock() - since
         if waited <= timeout:
             return
-        whole = timedelta(seconds=int(waited.total_seconds()))  # 11m3s, as the guide prints
+        whole = timedelta(seconds=round(waited.total_seconds()))  # 11m3s, as the guide prints
         if self._release(replica, found, want):
             self._warn(
                 replica,
