@@ -199,7 +199,8 @@ def test_a_topology_that_never_fits_waits_without_a_busy_loop(small: Sim) -> Non
     before = small.provider.work["assign"]
     time.sleep(1.0)
     assert small.state("huge") == "" and small.get("huge")["spec"]["partitionIds"] == []
-    assert small.provider.work["assign"] - before <= 3, "no assignment pass without a change"
+    # Heartbeat status writes may wake it a few times; a busy loop would run thousands.
+    assert small.provider.work["assign"] - before <= 10, "no assignment pass without a change"
 
 
 def test_an_impossible_topology_fails_creation(sim: Sim) -> None:
