@@ -272,6 +272,11 @@ def _tolerates(toleration: JSON, key: str, value: str, effect: str) -> bool:
     return operator == "Exists"
 
 
+def tolerates(tolerations: list[JSON], key: str, value: str, effect: str) -> bool:
+    """Whether any of ``tolerations`` tolerates the taint ``key=value:effect``."""
+    return any(_tolerates(_map(t), key, value, effect) for t in tolerations)
+
+
 def host_problems(node: JSON, tolerations: list[JSON]) -> list[str]:
     """F1/F2: why the pods cannot run on ``node``, sorted; empty when they can.
 
@@ -281,7 +286,7 @@ def host_problems(node: JSON, tolerations: list[JSON]) -> list[str]:
     """
 
     def tolerated(key: str) -> bool:
-        return any(_tolerates(_map(t), key, "", "NoSchedule") for t in tolerations)
+        return tolerates(tolerations, key, "", "NoSchedule")
 
     name = _name(node)
     why: list[str] = []

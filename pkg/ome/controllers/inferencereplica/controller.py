@@ -25,6 +25,7 @@ from ome.api.v1beta1 import (
 )
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
+from ome.durations import parse_go_duration
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
@@ -306,7 +307,7 @@ class InferenceReplicaReconciler:
         ns = meta["namespace"]
         deadline_text = ((replica.get("spec") or {}).get("lifecycle") or {}).get("teardownTimeout")
         try:
-            timeout = instances.parse_duration(deadline_text) if deadline_text else DEFAULT_TEARDOWN
+            timeout = parse_go_duration(deadline_text) if deadline_text else DEFAULT_TEARDOWN
         except ValueError:
             timeout = DEFAULT_TEARDOWN
         started = instances.parse_time(meta["deletionTimestamp"]) or self.clock()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from ome.api.v1beta1 import LABEL_INSTANCE_INDEX as LABEL_INDEX
 from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
 from ome.api.v1beta1 import LABEL_REVISION_HASH as LABEL_REVISION
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
+from ome.durations import parse_go_duration
 
 JSON = dict[str, Any]
 
@@ -39,23 +39,6 @@ def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-
-
-def parse_duration(text: str) -> timedelta:
-    """Go-style durations: ``10m``, ``1h30m``, ``45s``, ``500ms``. ValueError otherwise."""
-    pos, total = 0, 0.0
-    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * scale[m.group(2)]
-        pos = m.end()
-    if not text or pos != len(text):
-        raise ValueError(f'invalid duration "{text}": want e.g. 30s, 10m, 1h30m')
-    return timedelta(seconds=total)
 
 
 # -- revisions and pods ----------------------------------------------------------------------
@@ -281,7 +264,7 @@ def plan(obs: Observed) -> Plan:
     desired = max(0, int(spec.get("replicas") or 0))
     timeout_text = (spec.get("lifecycle") or {}).get("instanceReadyTimeout")
     try:
-        timeout = parse_duration(timeout_text) if timeout_text else None
+        timeout = parse_go_duration(timeout_text) if timeout_text else None
     except ValueError:
         timeout = None  # an unreadable timeout is no timeout: never a reason to stall
     multi = multi_pod(runners)

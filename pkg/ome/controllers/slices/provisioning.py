@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from ome.api.v1beta1 import LABEL_INSTANCE_INDEX, LABEL_POD_ORDINAL
 from ome.controllers.inferencereplica.controller import Hooks
 from ome.controllers.inferencereplica.instances import Hold, multi_pod
+from ome.durations import format_go_duration
 from ome.provider import gke
 from ome.runtime.client import Client
 from ome.runtime.events import EventRecorder
@@ -27,7 +28,6 @@ from ome.runtime.informer import Informer, index_by_label
 from ome.runtime.rest import JSON, NODES, PODS, status_of
 from ome.tpuslice import demand as dem
 from ome.tpuslice import naming
-from ome.tpuslice.config import format_go_duration
 from ome.tpuslice.types import Config
 
 from .metrics import SliceMetrics

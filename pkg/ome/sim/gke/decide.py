@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from ome.tpuslice import naming
 from ome.tpuslice.shape import ShapeError, hosts, parse_topology
 
 from .model import (
@@ -162,23 +163,13 @@ def pod_active(pod: JSON) -> bool:
 
 
 def tolerates(tolerations: Iterable[JSON], taint: JSON) -> bool:
-    """Kubernetes' toleration matching: an empty key with Exists tolerates everything, an
-    empty effect matches every effect, Equal compares values."""
-    for tol in tolerations:
-        effect = tol.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = tol.get("key") or ""
-        operator = tol.get("operator") or "Equal"
-        if not key:
-            if operator == "Exists":
-                return True
-            continue
-        if key != taint.get("key"):
-            continue
-        if operator == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
+    """Kubernetes' toleration matching, as the product's host vetting does it."""
+    return naming.tolerates(
+        list(tolerations),
+        str(taint.get("key") or ""),
+        str(taint.get("value") or ""),
+        str(taint.get("effect") or ""),
+    )
 
 
 def _node_taints(node: JSON) -> list[JSON]:

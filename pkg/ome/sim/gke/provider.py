@@ -28,6 +28,7 @@ import yaml
 from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
+from ome.durations import parse_go_duration
 from ome.runtime.informer import (
     DeletedFinalStateUnknown,
     EventHandler,
@@ -84,32 +85,12 @@ def now_micro() -> str:
 
 
 def parse_duration(text: str) -> float:
-    """``30s``, ``2m``, ``1m30s``, ``500ms`` or a bare number of seconds."""
+    """Seconds from ``30s``, ``2m``, ``1m30s``, ``500ms`` (Go's syntax) or a bare number."""
     text = text.strip()
-    if not text:
-        raise ValueError("empty duration")
     try:
         return float(text)
     except ValueError:
-        pass
-    total, number = 0.0, ""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch.isdigit() or ch == ".":
-            number += ch
-            i += 1
-            continue
-        unit = "ms" if text.startswith("ms", i) else ch
-        if unit not in units or not number:
-            raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 2m, 1m30s)")
-        total += float(number) * units[unit]
-        number = ""
-        i += len(unit)
-    if number:
-        raise ValueError(f"not a duration: {text!r} (a number needs a unit: s, m, h, ms)")
-    return total
+        return parse_go_duration(text).total_seconds()
 
 
 @dataclass
