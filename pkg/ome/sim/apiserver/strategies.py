@@ -11,6 +11,12 @@ import copy
 import re
 from typing import Any
 
+from ome.tpuslice.kubenames import (
+    dns1123_subdomain_problems,
+    label_value_problems,
+    qualified_name_problems,
+)
+
 from .errors import FieldError
 from .resources import ResourceType
 from .schema import validate_crd_schema
@@ -18,29 +24,10 @@ from .schema import validate_crd_schema
 JSON = dict[str, Any]
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
-_QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_LABEL_VALUE = rf"({_QUALIFIED_NAME})?"
-
-SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-    f"used for validation is '{_DNS1123_SUBDOMAIN}')"
-)
 LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
     "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
     f"used for validation is '{_DNS1123_LABEL}')"
-)
-QUALIFIED_NAME_MSG = (
-    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
-    "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
-    f"used for validation is '{_QUALIFIED_NAME}')"
-)
-LABEL_VALUE_MSG = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-    f"'my_value',  or '12345', regex used for validation is '{_LABEL_VALUE}')"
 )
 
 #: Types whose names must be DNS-1123 labels rather than subdomains.
@@ -67,27 +54,11 @@ def validate_name(rt: ResourceType, name: str) -> list[FieldError]:
         if "/" in name or name in (".", ".."):
             return [FieldError.invalid("metadata.name", name, "may not contain '/'")]
         return []
-    if len(name) > 253:
-        return [FieldError.invalid("metadata.name", name, "must be no more than 253 characters")]
-    if not _full(_DNS1123_SUBDOMAIN, name):
-        return [FieldError.invalid("metadata.name", name, SUBDOMAIN_MSG)]
-    return []
+    return [FieldError.invalid("metadata.name", name, p) for p in dns1123_subdomain_problems(name)]
 
 
 def _validate_qualified_key(path: str, key: str) -> list[FieldError]:
-    prefix, _, name = key.rpartition("/")
-    errs: list[FieldError] = []
-    if "/" in key and not prefix:
-        errs.append(FieldError.invalid(path, key, "prefix part must be non-empty"))
-    if prefix and (len(prefix) > 253 or not _full(_DNS1123_SUBDOMAIN, prefix)):
-        errs.append(FieldError.invalid(path, key, "prefix part " + SUBDOMAIN_MSG))
-    if not name:
-        errs.append(FieldError.invalid(path, key, "name part must be non-empty"))
-    elif len(name) > 63:
-        errs.append(FieldError.invalid(path, key, "name part must be no more than 63 characters"))
-    elif not _full(_QUALIFIED_NAME, name):
-        errs.append(FieldError.invalid(path, key, QUALIFIED_NAME_MSG))
-    return errs
+    return [FieldError.invalid(path, key, p) for p in qualified_name_problems(key)]
 
 
 def validate_metadata(rt: ResourceType, meta: JSON) -> list[FieldError]:
@@ -101,12 +72,10 @@ def validate_metadata(rt: ResourceType, meta: JSON) -> list[FieldError]:
             errs.append(
                 FieldError.type_invalid(f"metadata.labels[{key}]", value, "must be a string")
             )
-        elif len(value) > 63:
-            errs.append(
-                FieldError.invalid("metadata.labels", value, "must be no more than 63 characters")
-            )
-        elif not _full(_LABEL_VALUE, value):
-            errs.append(FieldError.invalid("metadata.labels", value, LABEL_VALUE_MSG))
+        else:
+            errs += [
+                FieldError.invalid("metadata.labels", value, p) for p in label_value_problems(value)
+            ]
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
         return [
