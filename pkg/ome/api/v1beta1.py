@@ -639,3 +639,16 @@ KINDS = (
     INFERENCE_SERVICE,
     INFERENCE_REPLICA,
 )
+
+
+def controller_reference(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The ownerReference that makes ``obj`` (an ``ome.io/v1beta1`` object of ``kind``) the
+    controller of a dependent, so that deleting it garbage-collects the dependent."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

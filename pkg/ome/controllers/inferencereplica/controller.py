@@ -22,6 +22,7 @@ from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     LABEL_MANAGED_BY,
     LABEL_REVISION_HASH,
+    controller_reference,
 )
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
@@ -244,7 +245,7 @@ class InferenceReplicaReconciler:
                 "name": name,
                 "namespace": meta["namespace"],
                 "labels": {LABEL_REPLICA: meta["name"], LABEL_REVISION_HASH: revision},
-                "ownerReferences": [_owner(replica)],
+                "ownerReferences": [controller_reference(replica, "InferenceReplica")],
             },
             "revision": number,
             "data": {"runners": replica["spec"].get("runners") or []},
@@ -359,17 +360,6 @@ def _replica_key_of_pod_str(pod: JSON) -> str:
 def _replica_key_of_pod(pod: JSON) -> list[str]:
     key = _replica_key_of_pod_str(pod)
     return [key] if key else []
-
-
-def _owner(obj: JSON) -> JSON:
-    return {
-        "apiVersion": obj.get("apiVersion", "ome.io/v1beta1"),
-        "kind": obj.get("kind", "InferenceReplica"),
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def _current_revision(ready: list[JSON], revision: str, old: JSON) -> str:

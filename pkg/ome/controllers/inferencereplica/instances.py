@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ome.api.v1beta1 import LABEL_COMPONENT, LABEL_INCARNATION, LABEL_MANAGED_BY, LABEL_RUNNER
+from ome.api.v1beta1 import (
+    LABEL_COMPONENT,
+    LABEL_INCARNATION,
+    LABEL_MANAGED_BY,
+    LABEL_RUNNER,
+    controller_reference,
+)
 from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE as LABEL_ISVC
 from ome.api.v1beta1 import LABEL_INSTANCE_INDEX as LABEL_INDEX
 from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
@@ -113,16 +119,7 @@ def build_pod(replica: JSON, index: int, slot: PodSlot, revision: str, incarnati
             "namespace": meta["namespace"],
             "labels": {k: v for k, v in labels.items() if v != ""},
             "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [
-                {
-                    "apiVersion": replica.get("apiVersion", "ome.io/v1beta1"),
-                    "kind": "InferenceReplica",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [controller_reference(replica, "InferenceReplica")],
         },
         "spec": template.get("spec") or {},
     }

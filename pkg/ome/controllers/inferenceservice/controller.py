@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
+    controller_reference,
 )
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
@@ -234,7 +235,7 @@ class InferenceServiceReconciler:
                             "name": name,
                             "namespace": ns,
                             "labels": labels,
-                            "ownerReferences": [_owner(isvc)],
+                            "ownerReferences": [controller_reference(isvc, "InferenceService")],
                         },
                         "spec": spec,
                     },
@@ -313,17 +314,6 @@ def clamp_replicas(current: object, component: JSON) -> int:
     if isinstance(high, int) and high >= low:
         value = min(value, high)
     return value
-
-
-def _owner(obj: JSON) -> JSON:
-    return {
-        "apiVersion": "ome.io/v1beta1",
-        "kind": "InferenceService",
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def _owner_keys(replica: JSON) -> list[str]:
