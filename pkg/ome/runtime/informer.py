@@ -181,6 +181,11 @@ class Informer:
             keys = sorted(self._indices[name].get(value, set()))
             return [copy.deepcopy(self._cache[k]) for k in keys]
 
+    def index_values(self, name: str) -> builtins.list[str]:
+        """The values index ``name`` currently has objects for."""
+        with self._lock:
+            return sorted(v for v, keys in self._indices[name].items() if keys)
+
     def index_keys(self, name: str, value: str) -> builtins.list[str]:
         with self._lock:
             return sorted(self._indices[name].get(value, set()))

@@ -67,12 +67,20 @@ class SliceProvisioning:
         self.clock = clock
         slices.add_indexer("owner", index_by_label(naming.OWNER_UID_LABEL))
         nodes.add_indexer("slice", index_by_label(config.slice_label))
+        nodes.add_indexer("provision-only", self._provision_only_accelerator)
         pods.add_indexer("slice-of-replica", _replica_of_pod)
         #: slice name -> uid of Slices we created that the cache does not show yet
         self._created: TTLCache[str, str] = TTLCache(maxsize=100_000, ttl=EXPECTATION_TTL)
         self._lock = threading.Lock()
         #: slice name -> when we created it (monotonic wall time), for the duration metric
         self._born: TTLCache[str, datetime] = TTLCache(maxsize=100_000, ttl=86_400)
+
+    def _provision_only_accelerator(self, node: JSON) -> list[str]:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if labels.get(self.config.provision_only_key) != self.config.provision_only_value:
+            return []
+        value = labels.get(self.config.accelerator_label)
+        return [value] if value else []
 
     def node_owner_keys(self, node: JSON) -> list[str]:
         """A node routes to the owner of the Slice its slice label names."""
@@ -91,15 +99,8 @@ class SliceProvisioning:
     # -- observing -----------------------------------------------------------------------
 
     def _provision_only(self) -> set[str]:
-        """Accelerator label values that have provision-only nodes (B6.3)."""
-        out: set[str] = set()
-        for node in self.nodes.list():
-            labels = node["metadata"].get("labels") or {}
-            if labels.get(self.config.provision_only_key) == self.config.provision_only_value:
-                value = labels.get(self.config.accelerator_label)
-                if value:
-                    out.add(value)
-        return out
+        """Accelerator label values that have provision-only nodes (B6.3), from an index."""
+        return set(self.nodes.index_values("provision-only"))
 
     def _demand(self, replica: JSON) -> dem.Demand | None:
         """The replica's demand: None when it wants no Slice. DemandError when invalid."""
@@ -448,9 +449,10 @@ class SliceProvisioning:
             if not deleted:
                 continue
             spec = (found or {}).get("spec") or {}
-            topology = str(spec.get("topology", "")) or str(self._topology_of(replica))
-            slice_type = str(spec.get("type", "")) or self._type_of(replica)
-            self.metrics.lost.labels(slice_type, topology).inc()
+            slice_type, topology = self._series(replica)
+            self.metrics.lost.labels(
+                str(spec.get("type") or slice_type), str(spec.get("topology") or topology)
+            ).inc()
             self.recorder.event(
                 self._owner_object(replica),
                 "Warning",
@@ -509,19 +511,13 @@ class SliceProvisioning:
             return f"moved off {where}", bound
         return "", []
 
-    def _topology_of(self, replica: JSON) -> str:
+    def _series(self, replica: JSON) -> tuple[str, str]:
+        """(slice_type, topology) of the replica's demand, for metric labels."""
         try:
             want = self._demand(replica)
         except dem.DemandError:
-            return ""
-        return str(want.topology) if want else ""
-
-    def _type_of(self, replica: JSON) -> str:
-        try:
-            want = self._demand(replica)
-        except dem.DemandError:
-            return ""
-        return want.accelerator.slice_type if want else ""
+            return ("", "")
+        return (want.accelerator.slice_type, str(want.topology)) if want else ("", "")
 
     def teardown(self, replica: JSON) -> str | None:
         """G4/G5: a deleted replica's Slices are released; done when a live read finds none."""
