@@ -159,6 +159,10 @@ def make_env(
         thread.join(30)
         provider.stop()
     assert violations == [], "\n".join(violations)
+    acc = cluster.server.accounting
+    for resource in ("pods", "slices"):
+        # Write discipline, across every scenario: a delete names the UID it means.
+        assert acc.deletes_without_uid(resource, MANAGER_AGENT) == 0, resource
 
 
 @pytest.fixture
@@ -773,3 +777,56 @@ def test_slice_lost_when_recreated_from_outside(env: Env) -> None:
     assert message.startswith(
         f"TPU slice {name} was deleted while pods qwen3-tpu-engine-0-default-0 ran on it"
     )
+
+
+def test_a_replacement_pod_created_during_a_loss_is_never_deleted(env: Env) -> None:
+    """The manager decides to delete a lost pod; before its delete lands, the pod is replaced
+    at the same name. The delete names the old UID, so the server refuses it."""
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    name = the_slice(env)["metadata"]["name"]
+    pod_name = "qwen3-tpu-engine-0-default-0"
+    old = env.rest.get(PODS, pod_name, NS)
+    deleted_uids: list[str] = []
+
+    def record(change: Any) -> None:
+        if change.type == "DELETED" and change.tkey == ("", "pods"):
+            deleted_uids.append(change.obj["metadata"]["uid"])
+
+    env.cluster.thread.call(lambda: env.cluster.server.store.listeners.append(record))
+    acc = env.cluster.server.accounting
+    before = acc.total("delete", "pods", MANAGER_AGENT)
+    held, answered = threading.Event(), threading.Event()
+    env.cluster.server.faults.add(
+        Fault(
+            verb="delete", resource="pods", user_agent=MANAGER_AGENT, hold=held, answered=answered
+        )
+    )
+    try:
+        env.kubectl("annotate", "slices.accelerator.gke.io", name, "sim.ome.io/move=1")
+        # The manager's delete of the old pod is in flight, held by the server.
+        eventually(lambda: acc.total("delete", "pods", MANAGER_AGENT) > before, timeout=30)
+        env.rest.delete(PODS, pod_name, NS, grace_period_seconds=0)
+        eventually(lambda: gone(lambda: env.rest.get(PODS, pod_name, NS)), timeout=10)
+        replacement = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                k: old["metadata"][k]
+                for k in ("name", "labels", "annotations", "ownerReferences")
+                if k in old["metadata"]
+            },
+            "spec": {k: v for k, v in old["spec"].items() if k != "nodeName"},
+        }
+        new_uid = env.rest.create(PODS, replacement, NS)["metadata"]["uid"]
+    finally:
+        held.set()
+    assert answered.wait(30), "the manager's held delete was never answered"
+    assert env.rest.get(PODS, pod_name, NS)["metadata"]["uid"] == new_uid
+    # The replacement follows the slice label to the Slice's new host and serves there.
+    eventually(lambda: (r := env.rows()) and r[0]["phase"] == "Ready", timeout=60)
+    assert new_uid not in deleted_uids
+    assert env.rest.get(PODS, pod_name, NS)["metadata"]["uid"] == new_uid
+    assert env.events("SliceLost") == [], "the manager deleted nothing, so it reports nothing"

@@ -37,6 +37,24 @@ def test_requests_are_counted_by_verb_resource_and_user_agent(
     assert rows[("list", "configmaps")]["count"] == 1
 
 
+def test_accounting_counts_deletes_sent_without_a_uid_precondition(
+    cluster: Cluster, kubectl: Kubectl
+) -> None:
+    core = cluster.core()
+    cluster.server.accounting.reset()
+    a = core.create_namespaced_config_map("default", configmap("a"))
+    core.create_namespaced_config_map("default", configmap("b"))
+    core.delete_namespaced_config_map(
+        "a", "default", body={"preconditions": {"uid": a.metadata.uid}}
+    )
+    kubectl("delete", "configmap", "b")  # kubectl sends no uid precondition
+    acc = cluster.server.accounting
+    assert acc.deletes_without_uid("configmaps", "kubectl") == 1
+    assert acc.deletes_without_uid("configmaps", "OpenAPI-Generator") == 0
+    _, body, _ = cluster.request("GET", "/_sim/requests")
+    assert [(r["resource"], r["count"]) for r in body["deletesWithoutUid"]] == [("configmaps", 1)]
+
+
 def test_an_injected_429_carries_retry_after(cluster: Cluster) -> None:
     status, _, _ = cluster.request(
         "POST",

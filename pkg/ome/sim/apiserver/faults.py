@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 JSON = dict[str, Any]
@@ -25,20 +25,44 @@ class RequestKey:
 
 
 class Accounting:
-    """Counts requests by verb, resource and user agent."""
+    """Counts requests by verb, resource and user agent, and the single-object deletes that
+    came without a uid precondition (write-discipline checks need that one property of a
+    request, which a count by verb cannot show)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[RequestKey] = Counter()
+        self._unconditioned: Counter[RequestKey] = Counter()
 
     def record(self, verb: str, resource: str, user_agent: str) -> None:
         with self._lock:
             self._counts[RequestKey(verb, resource, user_agent)] += 1
 
-    def snapshot(self) -> list[JSON]:
+    def record_delete(self, resource: str, user_agent: str, uid_precondition: bool) -> None:
+        if not uid_precondition:
+            with self._lock:
+                self._unconditioned[RequestKey("delete", resource, user_agent)] += 1
+
+    def deletes_without_uid(
+        self, resource: str | None = None, user_agent: str | None = None
+    ) -> int:
+        """Single-object deletes that carried no ``preconditions.uid``; ``user_agent`` matches
+        as a prefix."""
         with self._lock:
+            return sum(
+                n
+                for k, n in self._unconditioned.items()
+                if (resource is None or k.resource == resource)
+                and (user_agent is None or k.user_agent.startswith(user_agent))
+            )
+
+    def snapshot(self, unconditioned_deletes: bool = False) -> list[JSON]:
+        """Every count, or with ``unconditioned_deletes`` only the deletes without a uid
+        precondition."""
+        with self._lock:
+            counts = self._unconditioned if unconditioned_deletes else self._counts
             items = sorted(
-                self._counts.items(), key=lambda kv: (kv[0].verb, kv[0].resource, kv[0].user_agent)
+                counts.items(), key=lambda kv: (kv[0].verb, kv[0].resource, kv[0].user_agent)
             )
         return [
             {"verb": k.verb, "resource": k.resource, "userAgent": k.user_agent, "count": n}
@@ -61,6 +85,7 @@ class Accounting:
     def reset(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._unconditioned.clear()
 
 
 @dataclass
@@ -69,6 +94,11 @@ class Fault:
 
     ``code`` is one of 410, 429 (with ``Retry-After: retry_after``), 500, 503, 504, or 0 for
     latency only. A watch hit by a 410 fault gets the ERROR event a compacted watch gets.
+
+    ``hold`` and ``answered`` are for in-process tests only (not JSON). ``hold`` pauses a
+    matching request until the event is set, and the server sets ``answered`` once it has
+    handled that request (its effect, if any, is in the store). A race is staged by acting
+    while a request is known to be in flight, and its outcome read once it is done: no sleep.
     """
 
     verb: str = ""
@@ -80,6 +110,8 @@ class Fault:
     retry_after: int = 1
     latency: float = 0.0
     times: int | None = 1
+    hold: threading.Event | None = field(default=None, compare=False)
+    answered: threading.Event | None = field(default=None, compare=False)
 
     def matches(self, verb: str, resource: str, namespace: str, name: str, agent: str) -> bool:
         return (
@@ -95,7 +127,7 @@ class Fault:
         """Parse a rule sent to ``POST /_sim/faults``; ValueError names what is wrong."""
         if not isinstance(body, dict):
             raise ValueError("a fault is a JSON object")
-        known = {f for f in Fault.__dataclass_fields__}
+        known = {f for f in Fault.__dataclass_fields__} - {"hold", "answered"}
         unknown = sorted(set(body) - known)
         if unknown:
             raise ValueError(f"unknown fault fields: {', '.join(unknown)}")
@@ -124,7 +156,11 @@ class Faults:
 
     def rules(self) -> list[JSON]:
         with self._lock:
-            return [asdict(f) for f in self._rules]
+            return [
+                {k: v for k, v in vars(f).items() if k not in ("hold", "answered")}
+                | {"held": f.hold is not None}
+                for f in self._rules
+            ]
 
     def take(self, verb: str, resource: str, namespace: str, name: str, agent: str) -> Fault | None:
         with self._lock:

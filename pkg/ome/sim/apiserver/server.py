@@ -241,9 +241,15 @@ class EmbeddedAPIServer:
             if fault is not None:
                 if fault.latency:
                     await asyncio.sleep(fault.latency)
+                while fault.hold is not None and not fault.hold.is_set():
+                    await asyncio.sleep(0.01)  # a threading.Event; polled so shutdown cancels it
                 if fault.code and not (fault.code == 410 and target.verb == "watch"):
                     raise self._fault_error(fault)
-            return await self._serve(request, target, fault)
+            try:
+                return await self._serve(request, target, fault)
+            finally:
+                if fault is not None and fault.answered is not None:
+                    fault.answered.set()
         except APIError as e:
             return _error_response(e)
         except (ConnectionResetError, asyncio.CancelledError):
