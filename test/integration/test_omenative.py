@@ -329,6 +329,21 @@ def test_a_killed_pod_rebuilds_its_instance(env: Env) -> None:
     assert new["metadata"]["uid"] != pod["metadata"]["uid"]
 
 
+def test_a_pod_that_loses_and_regains_readiness_leaves_its_instance_ready(env: Env) -> None:
+    env.apply(isvc())
+    eventually(env.ready, timeout=60)
+    first = env.rows()[0]
+    node = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)["spec"]["nodeName"]
+    env.kubectl("annotate", "node", node, "sim.ome.io/not-ready=true")  # the pod goes unready
+    row = eventually(lambda: (r := env.rows()) and r[0]["servingPodCount"] == 0 and r[0])
+    assert row["phase"] == "Creating" and row["readySince"] is None
+    assert row["operation"] is None and row["incarnation"] == 0, "no rebuild for a blip"
+    env.kubectl("annotate", "node", node, "sim.ome.io/not-ready-")
+    row = eventually(lambda: (r := env.rows()) and r[0]["phase"] == "Ready" and r[0])
+    assert row["servingPodCount"] == 1 and row["readySince"] >= first["readySince"]
+    assert row["incarnation"] == 0
+
+
 @pytest.mark.parametrize(
     ("change", "reason", "text"),
     [

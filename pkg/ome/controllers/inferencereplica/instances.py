@@ -400,11 +400,16 @@ def _plan_instance(
     stale = [p for name, p in mine.items() if name not in {w["metadata"]["name"] for w in wanted}]
     out.delete.extend((p["metadata"]["name"], p["metadata"]["uid"]) for p in stale)
     _counts(row, present)
-    if op is None and not missing and all(pod_ready(p) for p in present):
-        return  # a steady Ready Instance
     if op is None:
-        # A Ready Instance lost readiness without losing pods: it waits, no new operation.
-        row["phase"] = "Ready" if all(pod_ready(p) for p in present) else "Creating"
+        # No operation: the Instance was Ready. While a pod is unready (or the cache lags on
+        # one) it waits, with no new operation; it is Ready again, since now, when all are.
+        if all(pod_ready(p) for p in present):
+            if row.get("phase") != "Ready":
+                row["phase"] = "Ready"
+                row["readySince"] = rfc3339(now)
+        else:
+            row["phase"] = "Creating"
+            row["readySince"] = None
         return
     terminating = {
         p["metadata"]["name"]
