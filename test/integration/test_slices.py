@@ -23,6 +23,7 @@ from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, NODES, PODS, Rest
 from ome.sim.apiserver.faults import Fault
 from ome.sim.gke.model import parse_pools
 from ome.sim.gke.provider import Options, Provider, install_slice_crd
+from ome.tpuslice import naming
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually, gone
@@ -830,3 +831,61 @@ def test_a_replacement_pod_created_during_a_loss_is_never_deleted(env: Env) -> N
     assert new_uid not in deleted_uids
     assert env.rest.get(PODS, pod_name, NS)["metadata"]["uid"] == new_uid
     assert env.events("SliceLost") == [], "the manager deleted nothing, so it reports nothing"
+
+
+def test_a_failed_create_is_counted_by_its_reason_and_tried_again(env: Env) -> None:
+    attempts = env.manager.client.policy.attempts
+    env.cluster.server.faults.add(
+        Fault(verb="create", resource="slices", user_agent=MANAGER_AGENT, code=500, times=attempts)
+    )
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    series = {"slice_type": "tpu7x", "topology": "2x2x1"}
+    failures = env.registry.get_sample_value(
+        "ome_tpu_slice_create_failures_total", {**series, "reason": "InternalError"}
+    )
+    assert failures == 1.0, "one create call, its retries used up, failed"
+    assert env.registry.get_sample_value("ome_tpu_slice_created_total", series) == 1.0
+    assert len(env.slices()) == 1
+
+
+def test_a_create_that_meets_a_foreign_slice_counts_an_ownership_conflict(env: Env) -> None:
+    """The manager's create is in flight when someone else takes the name: AlreadyExists, a
+    live read finds another owner, and the failure is counted as OwnershipConflict."""
+    held, answered = threading.Event(), threading.Event()
+    env.cluster.server.faults.add(
+        Fault(
+            verb="create", resource="slices", user_agent=MANAGER_AGENT, hold=held, answered=answered
+        )
+    )
+    try:
+        env.apply(opted())
+        acc = env.cluster.server.accounting
+        eventually(lambda: acc.total("create", "slices", MANAGER_AGENT) == 1, timeout=30)
+        replica = env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)["metadata"]
+        name = naming.slice_name(
+            "qwen3-tpu-engine",
+            naming.Slot(0, 0),
+            naming.owner_hash(NS, "qwen3-tpu-engine", replica["uid"]),
+        )
+        foreign = env.rest.create(
+            gke.SLICES,
+            {
+                "apiVersion": "accelerator.gke.io/v1beta1",
+                "kind": "Slice",
+                "metadata": {"name": name, "labels": {"team": "other"}},
+                "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
+            },
+        )
+    finally:
+        held.set()
+    assert answered.wait(30)
+    labels = {"slice_type": "tpu7x", "topology": "2x2x1", "reason": "OwnershipConflict"}
+    eventually(
+        lambda: env.registry.get_sample_value("ome_tpu_slice_create_failures_total", labels) == 1.0
+    )
+    eventually(lambda: env.events("SliceOwnershipConflict"), timeout=30)
+    assert env.rest.get(gke.SLICES, name)["metadata"]["uid"] == foreign["metadata"]["uid"]
+    assert env.pods() == []
