@@ -305,13 +305,14 @@ class InferenceServiceReconciler:
 
 
 def clamp_replicas(current: object, component: JSON) -> int:
-    """The replica count to keep: the current one, held within minReplicas..maxReplicas."""
+    """The replica count to keep: the current one, held within minReplicas..maxReplicas.
+    A maxReplicas of 0 (or unset) is no upper bound, as validation reads it."""
     given = component.get("minReplicas")
     low = given if isinstance(given, int) else 1
     high = component.get("maxReplicas")
     value = current if isinstance(current, int) and not isinstance(current, bool) else low
     value = max(value, low)
-    if isinstance(high, int) and high >= low:
+    if isinstance(high, int) and high > 0 and high >= low:
         value = min(value, high)
     return value
 

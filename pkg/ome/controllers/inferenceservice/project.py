@@ -36,7 +36,24 @@ def merge_component(engine_config: JSON | None, component: JSON) -> JSON:
     return merged
 
 
+_OBJECTS = ("runner", "leader", "worker", "labels", "annotations", "nodeSelector")
+
+
 def validate_component(name: str, comp: JSON) -> None:
+    """Raise ``SpecError`` for a component that cannot be deployed; the checks look at the
+    runners as ``replica_spec`` builds them (the runner merged under leader and worker)."""
+    if not isinstance(comp, dict):
+        raise SpecError(f"component {name}: must be an object, not {type(comp).__name__}")
+    for key in _OBJECTS:
+        if comp.get(key) is not None and not isinstance(comp[key], dict):
+            raise SpecError(f"component {name}: {key} must be an object")
+    for part in ("leader", "worker"):
+        runner = (comp.get(part) or {}).get("runner")
+        if runner is not None and not isinstance(runner, dict):
+            raise SpecError(f"component {name}: {part}.runner must be an object")
+    if comp.get("tolerations") is not None and not isinstance(comp["tolerations"], list):
+        raise SpecError(f"component {name}: tolerations must be a list")
+
     def integer(path: str, value: Any, minimum: int) -> None:
         if value is None:
             return
@@ -53,19 +70,36 @@ def validate_component(name: str, comp: JSON) -> None:
     worker = comp.get("worker")
     if worker is not None:
         integer("worker.size", worker.get("size"), 0)
-    if not comp.get("runner") and not (comp.get("leader") or {}).get("runner"):
+    if not any(
+        (comp.get(part) or {}).get("runner") for part in ("leader", "worker")
+    ) and not comp.get("runner"):
         raise SpecError(
             f"component {name}: no runner: set {name}.runner (or the runtime's engineConfig.runner)"
         )
-    for part, runner in (
-        ("runner", comp.get("runner")),
-        ("leader.runner", (comp.get("leader") or {}).get("runner")),
-        ("worker.runner", (comp.get("worker") or {}).get("runner")),
-    ):
-        if runner is not None and not (runner.get("image")):
+    worker = comp.get("worker") or {}
+    size = worker.get("size")
+    for part, runner in _effective_runners(comp):
+        own = (comp.get(part.split(".")[0]) or {}).get("runner")
+        if part == "worker.runner" and not own and not (isinstance(size, int) and size > 0):
+            continue  # no worker pods and no worker container: a leader alone
+        if not runner.get("image"):
+            # Name what the user wrote: the component's runner when the part has none.
+            where = "runner" if not own and comp.get("runner") else part
             raise SpecError(
-                f"component {name}: {part} has no image (set it here or in the runtime)"
+                f"component {name}: {where} has no image (set it here or in the runtime)"
             )
+
+
+def _effective_runners(comp: JSON) -> list[tuple[str, JSON]]:
+    """Each runner's container as built: ``runner`` alone, or merged under leader's and
+    worker's own ``runner`` for a multi-host component."""
+    if comp.get("leader") is None and comp.get("worker") is None:
+        return [("runner", comp.get("runner") or {})]
+    base = comp.get("runner") or {}
+    return [
+        (f"{part}.runner", deep_merge(base, (comp.get(part) or {}).get("runner") or {}))
+        for part in ("leader", "worker")
+    ]
 
 
 def _container(runner: JSON) -> JSON:
@@ -107,17 +141,20 @@ def replica_spec(isvc: JSON, component: str, merged: JSON) -> ReplicaSpec:
     validate_component(component, merged)
     runners: list[JSON] = []
     leader, worker = merged.get("leader"), merged.get("worker")
+    effective = dict(_effective_runners(merged))
     if leader is not None or worker is not None:
-        lead_runner = deep_merge(merged.get("runner") or {}, (leader or {}).get("runner") or {})
         runners.append(
-            {"name": "leader", "size": 1, "template": _template(merged, leader, lead_runner)}
+            {
+                "name": "leader",
+                "size": 1,
+                "template": _template(merged, leader, effective["leader.runner"]),
+            }
         )
-        work_runner = deep_merge(merged.get("runner") or {}, (worker or {}).get("runner") or {})
         runners.append(
             {
                 "name": "worker",
                 "size": int((worker or {}).get("size") or 0),
-                "template": _template(merged, worker, work_runner),
+                "template": _template(merged, worker, effective["worker.runner"]),
             }
         )
     else:
