@@ -429,11 +429,12 @@ def test_all_pods_ready_makes_the_instance_ready(runners: list[JSON]) -> None:
     later = NOW + timedelta(seconds=42)
 
     some = instance_pods(rep, 0, ready=False)
-    some[0] = running(some[0], ready=True)
+    some[1:] = [running(p, ready=True) for p in some[1:]]  # all but the first
     waiting = plan(Observed(with_rows(rep, created.rows), some, later))
     assert waiting.rows[0]["phase"] == "Creating"
+    assert waiting.rows[0]["readySince"] is None
     assert waiting.rows[0]["podCount"] == len(some)
-    assert waiting.rows[0]["servingPodCount"] == 1
+    assert waiting.rows[0]["servingPodCount"] == len(some) - 1
     assert waiting.create == [] and waiting.delete == []
 
     pods = instance_pods(rep, 0)
@@ -738,7 +739,9 @@ def test_a_scaled_down_instance_scaled_up_again_starts_afresh() -> None:
 
     later = NOW + timedelta(seconds=3)
     up = replica(single(), replicas=2, rows=down.rows)
-    out = plan(Observed(up, instance_pods(base, 0) + instance_pods(base, 1, terminating=True), later))
+    out = plan(
+        Observed(up, instance_pods(base, 0) + instance_pods(base, 1, terminating=True), later)
+    )
     row = out.rows[1]
     assert row["phase"] == "Creating" and row["incarnation"] == 0
     assert row["operation"]["type"] == "Create" and row["operation"]["startedAt"] == rfc(later)
@@ -841,7 +844,9 @@ def test_a_multi_pod_update_surges_to_a_new_index_then_retires_the_old_pods() ->
     assert surges == [2, 3]
     assert [r["phase"] for r in start.rows] == ["Updating", "Updating"]
     assert names(start.create) == [
-        f"{NAME}-{i}-{r}-{o}" for i in (2, 3) for r, o in (("leader", 0), ("worker", 0), ("worker", 1))
+        f"{NAME}-{i}-{r}-{o}"
+        for i in (2, 3)
+        for r, o in (("leader", 0), ("worker", 0), ("worker", 1))
     ]
     assert {p["metadata"]["labels"]["ome.io/revision-hash"] for p in start.create} == {rev}
     assert start.delete == []
@@ -870,12 +875,25 @@ def test_a_multi_pod_update_surges_to_a_new_index_then_retires_the_old_pods() ->
     assert [(r["index"], r["phase"]) for r in after.rows] == [(1, "Updating"), (2, "Ready")]
 
 
-def test_an_update_does_not_start_while_an_instance_is_not_ready() -> None:
+def test_an_update_waits_for_an_unready_instance_to_be_ready_again() -> None:
     old = replica(single("engine:1"))
-    rep = replica(single("engine:2"), rows=[ready_row(old, 0)])
-    out = plan(Observed(rep, instance_pods(old, 0, ready=False), NOW))
+    unready = instance_pods(old, 0, ready=False)
+    first = plan(Observed(replica(single("engine:1"), rows=[ready_row(old, 0)]), unready, NOW))
+    assert first.rows[0]["phase"] == "Creating"
+
+    rep = replica(single("engine:2"), rows=first.rows)
+    t1 = NOW + timedelta(seconds=10)
+    out = plan(Observed(rep, unready, t1))
     assert out.rows[0]["phase"] == "Creating" and out.rows[0]["operation"] is None
     assert out.create == [] and out.delete == []
+
+    t2 = NOW + timedelta(seconds=20)
+    ready = plan(Observed(with_rows(rep, out.rows), instance_pods(old, 0), t2))
+    assert ready.rows[0]["phase"] == "Ready"
+    assert ready.rows[0]["runningRevision"] == revision_hash(single("engine:1"))
+    rolls = plan(Observed(with_rows(rep, ready.rows), instance_pods(old, 0), t2))
+    assert rolls.rows[0]["phase"] == "Updating"
+    assert names(rolls.create) == [f"{NAME}-0-default-1"]
 
 
 def test_an_update_surge_can_be_held() -> None:
@@ -1007,7 +1025,9 @@ def observations(draw: Any) -> Observed:
                 add_pods(new_rep, surge, 0, incarnation)
             else:
                 add_pods(new_rep, index, 1 - ordinal, incarnation)
-            row.update(phase="Updating", targetRevision=rev, operation=_op("Update", draw, rev, surge))
+            row.update(
+                phase="Updating", targetRevision=rev, operation=_op("Update", draw, rev, surge)
+            )
         elif kind == "Deleting":
             row.update(phase="Deleting", operation=_op("Delete", draw, rev))
         rows.append(row)
@@ -1028,7 +1048,7 @@ def observations(draw: Any) -> Observed:
     return Observed(rep, pods, now, expected_new=expected, confirmed_gone=gone, holds=holds)
 
 
-PROPERTY = settings(max_examples=300, deadline=None)
+PROPERTY = settings(max_examples=120, deadline=None)
 
 
 @PROPERTY
