@@ -64,6 +64,9 @@ CONFIGMAPS = Resource("", "v1", "configmaps")
 SECRETS = Resource("", "v1", "secrets")
 LEASES = Resource("coordination.k8s.io", "v1", "leases")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
+)
 
 
 class Rest:
