@@ -241,6 +241,8 @@ def start_process(kubeconfig: Path, *extra: str) -> subprocess.Popen[str]:
             "0",
             "--health-probe-bind-address",
             "0",
+            "--webhook-bind-address",
+            "0",
             *extra,
         ],
         stdout=subprocess.PIPE,

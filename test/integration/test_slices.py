@@ -9,9 +9,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry
 
@@ -19,11 +21,20 @@ from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.controllers.setup import setup
 from ome.provider import gke
 from ome.runtime.manager import Manager, ManagerOptions
-from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, NODES, PODS, Rest
+from ome.runtime.rest import (
+    CONFIGMAPS,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    Rest,
+)
 from ome.sim.apiserver.faults import Fault
 from ome.sim.gke.model import parse_pools
 from ome.sim.gke.provider import Options, Provider, install_slice_crd
 from ome.tpuslice import naming
+from ome.tpuslice.demand import opted_in
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually, gone
@@ -80,8 +91,15 @@ def _invariant(cluster: Cluster, violations: list[str]) -> Any:
         if change.type != "ADDED" or change.tkey != ("", "pods"):
             return
         pod = change.obj
-        if (pod["metadata"].get("labels") or {}).get("ome.io/managed-by") != "OMENative":
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("ome.io/managed-by") != "OMENative":
             return
+        replica = cluster.server.store.peek(
+            ("ome.io", "inferencereplicas"),
+            (pod["metadata"]["namespace"], labels.get("ome.io/inferencereplica", "")),
+        )
+        if replica is None or not opted_in(replica["spec"].get("runners") or []):
+            return  # C1: the Instance is not opted in (its leader or default runner decides)
         name = (pod["spec"].get("nodeSelector") or {}).get("cloud.google.com/gke-tpu-slice")
         if not name:
             violations.append(
@@ -106,6 +124,7 @@ def make_env(
     config: str | None = GUIDE_CONFIG_JSON,
     crd: bool = True,
     activation_delay: float = 0.2,
+    webhook: bool = False,
 ) -> Iterator[Env]:
     kubectl("apply", "-f", "config/crd/")
     rest = Rest(cluster.api)
@@ -135,19 +154,23 @@ def make_env(
     registry = CollectorRegistry()
     manager_api = client.ApiClient(cluster.api.configuration)
     manager_api.user_agent = MANAGER_AGENT
-    manager = Manager(
-        Rest(manager_api),
-        ManagerOptions(namespace="ome", metrics_bind_address="0", health_probe_bind_address="0"),
-        registry=registry,
+    options = ManagerOptions(
+        namespace="ome", metrics_bind_address="0", health_probe_bind_address="0"
     )
+    if webhook:
+        options.webhook_bind_address = "127.0.0.1:0"
+        options.webhook_cert_check_interval = 0.2
+    manager = Manager(Rest(manager_api), options, registry=registry)
     setup(manager)
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()
+    if webhook:
+        install_webhook_configuration(rest, kubectl, manager)
     rest.create(NAMESPACES, {"metadata": {"name": NS}})
     env = Env(cluster, rest, kubectl, manager, registry)
     violations: list[str] = []
-    if any(":provision-only:" in p for p in pools) and crd:
+    if any(":provision-only:" in p for p in pools) and crd and config is not None:
         cluster.thread.call(
             lambda: cluster.server.store.listeners.append(_invariant(cluster, violations))
         )
@@ -164,6 +187,25 @@ def make_env(
     for resource in ("pods", "slices"):
         # Write discipline, across every scenario: a delete names the UID it means.
         assert acc.deletes_without_uid(resource, MANAGER_AGENT) == 0, resource
+
+
+def install_webhook_configuration(rest: Rest, kubectl: Kubectl, manager: Manager) -> None:
+    """config/webhook as shipped, its Service port pointed at the manager's webhook (the
+    embedded API server dials a Service at 127.0.0.1:<port>); then wait for the manager to
+    have filled the caBundle and to serve its certificate."""
+    docs = list(yaml.safe_load_all(Path("config/webhook/manifests.yaml").read_text()))
+    port = eventually(lambda: manager.webhook is not None and manager.webhook.port, timeout=10)
+    for doc in docs:
+        for hook in doc.get("webhooks") or []:
+            hook["clientConfig"]["service"]["port"] = port
+    kubectl("apply", "-f", "-", input="---\n".join(yaml.safe_dump(d) for d in docs))
+
+    def wired() -> bool:
+        vwc = rest.get(VALIDATING_WEBHOOK_CONFIGURATIONS, docs[0]["metadata"]["name"])
+        bundle = all(h["clientConfig"].get("caBundle") for h in vwc["webhooks"])
+        return bool(bundle) and manager.webhook is not None and manager.webhook.ready() is None
+
+    eventually(wired, timeout=30)
 
 
 @pytest.fixture
@@ -619,6 +661,8 @@ def test_an_invalid_config_stops_the_manager_listing_every_error(
             "--metrics-bind-address",
             "0",
             "--health-probe-bind-address",
+            "0",
+            "--webhook-bind-address",
             "0",
             "--log-format",
             "text",

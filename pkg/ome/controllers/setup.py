@@ -28,6 +28,7 @@ from ome.tpuslice.types import Config
 
 from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
 from .inferenceservice.controller import InferenceServiceReconciler
+from .slices import admission
 from .slices.metrics import SliceGauge, SliceMetrics
 from .slices.provisioning import SliceProvisioning, slice_owner_keys
 
@@ -94,6 +95,14 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
             log.info("TPU slice provisioning is on for %s", ", ".join(sorted(config.accelerators)))
         else:
             log.warning(gke.CRD_MISSING_LOG)
+    if manager.webhooks_enabled:
+        # J1: it checks demand only with a configuration and the Slice CRD; else it admits.
+        manager.add_webhook(
+            admission.PATH,
+            admission.ReplicaAdmission(
+                manager.short_client(), config if provisioning is not None else None
+            ),
+        )
     replicas = inf.informer(INFERENCE_REPLICAS)
     replica_reconciler = InferenceReplicaReconciler(
         manager.client, replicas, pods, manager.event_recorder("inferencereplica-controller"), hooks

@@ -17,6 +17,7 @@ from types import FrameType
 from kubernetes import client, config
 
 from ome.controllers.setup import setup as setup_controllers
+from ome.durations import parse_go_duration
 from ome.runtime.logs import configure_logging
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import Rest
@@ -72,6 +73,53 @@ def build_parser() -> argparse.ArgumentParser:
         help="the manager's own namespace: its Lease and configuration live there "
         "(default: $POD_NAMESPACE, else ome)",
     )
+    hooks = parser.add_argument_group("admission webhook")
+    hooks.add_argument(
+        "--webhook-bind-address",
+        default=":9443",
+        help="where to serve the InferenceReplica admission webhook over HTTPS, as HOST:PORT "
+        "or :PORT; 0 disables it (default :9443)",
+    )
+    hooks.add_argument(
+        "--webhook-cert-dir",
+        default="",
+        metavar="DIR",
+        help="serve tls.crt and tls.key from DIR (a mounted Secret, e.g. cert-manager's), "
+        "re-read when they change; default: issue and rotate a self-managed CA and "
+        "certificate, kept in --webhook-secret-name",
+    )
+    hooks.add_argument(
+        "--webhook-secret-name",
+        default="ome-webhook-server-cert",
+        help="the Secret, in --namespace, holding self-managed certificates "
+        "(default ome-webhook-server-cert)",
+    )
+    hooks.add_argument(
+        "--webhook-config-name",
+        default="ome-inferencereplica-webhook",
+        help="the ValidatingWebhookConfiguration whose caBundle self-managed certificates "
+        "fill; empty: leave caBundle alone (default ome-inferencereplica-webhook)",
+    )
+    hooks.add_argument(
+        "--webhook-service-name",
+        default="ome-webhook-service",
+        help="the Service in front of the webhook; the certificate names "
+        "<service>.<namespace>.svc (default ome-webhook-service)",
+    )
+    hooks.add_argument(
+        "--webhook-host",
+        action="append",
+        default=[],
+        metavar="NAME_OR_IP",
+        help="another DNS name or IP address for the certificate; repeatable",
+    )
+    hooks.add_argument(
+        "--webhook-cert-validity",
+        default="8760h",
+        metavar="DURATION",
+        help="how long a self-managed serving certificate is valid, as a Go duration; it is "
+        "renewed in the last third of that (default 8760h)",
+    )
     parser.add_argument(
         "--log-format",
         choices=("auto", "json", "text"),
@@ -108,11 +156,17 @@ def main(argv: list[str] | None = None) -> int:
         "ome-manager check-config FILE checks a tpuSliceProvisioning block (see its --help)."
     )
     args = parser.parse_args(argv)
-    for flag in ("metrics_bind_address", "health_probe_bind_address"):
+    for flag in ("metrics_bind_address", "health_probe_bind_address", "webhook_bind_address"):
         try:
             parse_bind_address(getattr(args, flag))
         except ValueError as e:
             parser.error(str(e))
+    try:
+        validity = parse_go_duration(args.webhook_cert_validity)
+    except ValueError as e:
+        parser.error(f"--webhook-cert-validity: {e}")
+    if validity.total_seconds() <= 0:
+        parser.error("--webhook-cert-validity: must be positive")
     configure_logging(args.log_format, args.log_level)
     configure_tracing("ome-manager")
     try:
@@ -131,6 +185,13 @@ def main(argv: list[str] | None = None) -> int:
             retry_period=args.leader_elect_retry_period,
             metrics_bind_address=args.metrics_bind_address,
             health_probe_bind_address=args.health_probe_bind_address,
+            webhook_bind_address=args.webhook_bind_address,
+            webhook_cert_dir=args.webhook_cert_dir,
+            webhook_secret_name=args.webhook_secret_name,
+            webhook_config_name=args.webhook_config_name,
+            webhook_service_name=args.webhook_service_name,
+            webhook_hosts=tuple(args.webhook_host),
+            webhook_cert_validity=validity,
         ),
     )
     try:

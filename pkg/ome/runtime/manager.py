@@ -3,29 +3,34 @@ API client, event recorders, leader election, health and readiness probes, metri
 orderly stop. Controllers own decisions; the manager never makes one. It knows nothing of
 TPUs.
 
-Order of a run: probes and metrics up; informers started and synced (then ready); the
-leader (or, without election, every replica) starts the controllers; on stop, controllers
-drain, the lease is released, informers and servers stop.
+Order of a run: probes, metrics and admission webhooks up; informers started and synced
+(then ready, once the webhook holds its certificate too); the leader (or, without election,
+every replica) starts the controllers; on stop, controllers drain, the lease is released,
+informers and servers stop. Webhooks are served by every replica, leader or not.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from .client import Client
+from .client import Client, RetryPolicy
 from .controller import Controller
 from .events import EventRecorder
 from .informer import InformerFactory
 from .leader import LeaderElectionConfig, LeaderElector
 from .rest import Rest
 from .serving import Check, MetricsServer, ProbeServer, parse_bind_address
+from .webhook import Handler, WebhookServer
+from .webhookcerts import CertSource, DirectoryCerts, SecretCerts
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,24 @@ class ManagerOptions:
     retry_period: float = 2.0
     cache_sync_timeout: float = 120.0
     drain_timeout: float = 30.0
+    #: Admission webhooks: HOST:PORT or :PORT, "0" (the default here) for none.
+    webhook_bind_address: str = "0"
+    #: A mounted Secret's directory (tls.crt, tls.key), e.g. cert-manager's; empty: the
+    #: manager issues its own CA and certificate and keeps them in ``webhook_secret_name``.
+    webhook_cert_dir: str = ""
+    webhook_secret_name: str = "ome-webhook-server-cert"
+    #: The ValidatingWebhookConfiguration whose caBundle self-managed certificates fill.
+    webhook_config_name: str = "ome-inferencereplica-webhook"
+    #: The Service in front of the webhooks: its DNS names go in the certificate.
+    webhook_service_name: str = "ome-webhook-service"
+    #: More DNS names or IP addresses for the certificate (e.g. 127.0.0.1 off-cluster).
+    webhook_hosts: tuple[str, ...] = ()
+    webhook_cert_validity: timedelta = timedelta(days=365)
+    webhook_cert_check_interval: float = 60.0
+
+    def webhook_dns_names(self) -> list[str]:
+        svc, ns = self.webhook_service_name, self.namespace
+        return [f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
 
 
 class Manager:
@@ -74,6 +97,10 @@ class Manager:
         # Fail fast on bad addresses, before anything starts.
         self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self._metrics_address = parse_bind_address(options.metrics_bind_address)
+        self._webhook_address = parse_bind_address(options.webhook_bind_address)
+        self._webhooks: dict[str, Handler] = {}
+        self.webhook: WebhookServer | None = None
+        self.webhook_certs: CertSource | None = None
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -84,6 +111,21 @@ class Manager:
         recorder = EventRecorder(self.client, component, host=socket.gethostname())
         self._recorders.append(recorder)
         return recorder
+
+    @property
+    def webhooks_enabled(self) -> bool:
+        return self._webhook_address is not None
+
+    def add_webhook(self, path: str, handler: Handler) -> None:
+        """Serve ``handler`` at ``path`` while the manager runs (when webhooks are enabled)."""
+        if path in self._webhooks:
+            raise ValueError(f"a webhook is already registered at {path}")
+        self._webhooks[path] = handler
+
+    def short_client(self) -> Client:
+        """A client that gives up within a few seconds: for work an API server waits on,
+        such as answering an admission review within its ``timeoutSeconds``."""
+        return Client(self.rest, RetryPolicy(attempts=2, deadline=3.0, initial=0.1, cap=0.5))
 
     def add_health_check(self, name: str, check: Check) -> None:
         self._health[name] = check
@@ -168,7 +210,42 @@ class Manager:
             return EXIT_LOST_LEADERSHIP
         return EXIT_OK
 
+    def _webhook_certs(self) -> CertSource:
+        opts = self.options
+        if opts.webhook_cert_dir:
+            return DirectoryCerts(opts.webhook_cert_dir)
+        ips, names = [], opts.webhook_dns_names()
+        for host in opts.webhook_hosts:
+            try:
+                ipaddress.ip_address(host)
+                ips.append(host)
+            except ValueError:
+                names.append(host)
+        return SecretCerts(
+            self.client,
+            opts.namespace,
+            opts.webhook_secret_name,
+            names,
+            ip_addresses=ips,
+            webhook_config_name=opts.webhook_config_name or None,
+            validity=opts.webhook_cert_validity,
+            check_interval=opts.webhook_cert_check_interval,
+        )
+
+    def _start_webhooks(self) -> None:
+        if self._webhook_address is None:
+            return
+        certs = self.webhook_certs = self._webhook_certs()
+        server = self.webhook = WebhookServer(*self._webhook_address, certs)
+        for path, handler in self._webhooks.items():
+            server.register(path, handler)
+        certs.start()
+        server.start()
+        self._ready["webhook"] = server.ready
+        log.info("serving admission webhooks on port %d", server.port)
+
     def _start_servers(self) -> None:
+        self._start_webhooks()
         if self._probe_address is not None:
             self.probes = ProbeServer(*self._probe_address)
             self.probes.health.update(self._health)
@@ -180,6 +257,10 @@ class Manager:
             log.info("serving metrics on port %d", self.metrics.port)
 
     def _stop_servers(self) -> None:
+        if self.webhook is not None:
+            self.webhook.stop()
+        if self.webhook_certs is not None:
+            self.webhook_certs.stop()
         if self.probes is not None:
             self.probes.stop()
         if self.metrics is not None:

@@ -272,6 +272,19 @@ def demand(
     )
 
 
+def provision_only_accelerator(node: JSON, config: Config) -> str | None:
+    """B6.3: the accelerator label value of a node with the provision-only label, else None."""
+    labels = _str_map(_map(node.get("metadata")).get("labels"))
+    if labels.get(config.provision_only_key) != config.provision_only_value:
+        return None
+    return labels.get(config.accelerator_label) or None
+
+
+def provision_only_selector(config: Config) -> str:
+    """The label selector of the provision-only nodes, for a live node list."""
+    return f"{config.provision_only_key}={config.provision_only_value}"
+
+
 # -- B7, C1: runners ---------------------------------------------------------------------------
 
 

@@ -76,10 +76,7 @@ class SliceProvisioning:
         self._born: TTLCache[str, datetime] = TTLCache(maxsize=100_000, ttl=86_400)
 
     def _provision_only_accelerator(self, node: JSON) -> list[str]:
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        if labels.get(self.config.provision_only_key) != self.config.provision_only_value:
-            return []
-        value = labels.get(self.config.accelerator_label)
+        value = dem.provision_only_accelerator(node, self.config)
         return [value] if value else []
 
     def node_owner_keys(self, node: JSON) -> list[str]:

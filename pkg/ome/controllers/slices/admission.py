@@ -1,0 +1,79 @@
+"""The InferenceReplica validating webhook (behaviour.md J): observe (a live node read, only
+when the decision asks for it), decide (``ome.tpuslice.admission``), answer.
+
+It admits whatever it cannot check: another kind sent by a misconfigured webhook, an
+operation other than CREATE or UPDATE, or a node read that fails (logged). The controller's
+``SliceDemandInvalid`` check is the second line behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from ome.api.v1beta1 import GROUP
+from ome.runtime.client import Client
+from ome.runtime.rest import NODES
+from ome.runtime.webhook import AdmissionRequest, AdmissionResponse
+from ome.tpuslice import admission
+from ome.tpuslice import demand as dem
+from ome.tpuslice.types import Config
+
+log = logging.getLogger(__name__)
+
+#: Where the manager serves it; config/webhook names the same path.
+PATH = "/validate-ome-io-v1beta1-inferencereplica"
+
+
+class ReplicaAdmission:
+    """``config`` is None when provisioning is off (no configuration or no Slice CRD: J1);
+    then every write is admitted. ``client`` should retry briefly: the API server waits for
+    the answer only ``timeoutSeconds``."""
+
+    def __init__(self, client: Client, config: Config | None) -> None:
+        self.client = client
+        self.config = config
+
+    def read_nodes(self) -> set[str] | None:
+        """J1: the provision-only accelerators, read live; None when the read fails."""
+        assert self.config is not None
+        try:
+            nodes = self.client.live_list(
+                NODES, label_selector=dem.provision_only_selector(self.config)
+            )
+        except ApiException as e:
+            log.warning(
+                "could not read nodes for InferenceReplica admission: %s %s", e.status, e.reason
+            )
+            return None
+        except (HTTPError, OSError) as e:
+            log.warning("could not read nodes for InferenceReplica admission: %s", e)
+            return None
+        return admission.provision_only_accelerators(nodes, self.config)
+
+    def __call__(self, request: AdmissionRequest) -> AdmissionResponse:
+        kind = request.kind
+        if (kind.get("group"), kind.get("kind")) != (GROUP, "InferenceReplica"):
+            what = f"{kind.get('kind') or 'an object'} ({kind.get('group') or 'core'})"
+            return AdmissionResponse(
+                True,
+                warnings=(
+                    f"admitted unchecked: this webhook validates InferenceReplicas, not {what}",
+                ),
+            )
+        if request.operation not in ("CREATE", "UPDATE"):
+            return AdmissionResponse(True)
+        if not isinstance(request.object, dict):
+            return AdmissionResponse(
+                True, warnings=("admitted unchecked: the review carries no object",)
+            )
+        verdict = admission.decide(
+            request.operation, request.object, request.old_object, self.config, self.read_nodes
+        )
+        if verdict.log:
+            log.warning(verdict.log, extra={"replica": f"{request.namespace}/{request.name}"})
+        if verdict.allowed:
+            return AdmissionResponse(True)
+        return AdmissionResponse(False, message=verdict.message, code=403, reason="Forbidden")

@@ -1,0 +1,89 @@
+"""The InferenceReplica admission decision (behaviour.md J2), as a pure function.
+
+The webhook refuses only a write that *introduces* pods that cannot fill a provisionable
+Slice. It reuses the controller's demand validation (``demand.demand``), never a copy, so the
+webhook's reason and the controller's ``SliceDemandInvalid`` reason are the same text.
+
+Reading the nodes is the caller's: ``decide`` asks for them through ``read_nodes`` only when
+the early checks did not already admit, so a scale-only update reads none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import demand as dem
+from .types import Config
+
+JSON = dict[str, Any]
+
+#: J2: what is logged when the nodes cannot be read and the write is admitted unchecked.
+UNCHECKED_LOG = "Admitting InferenceReplica without checking its TPU slice demand"
+
+#: The accelerator label values with provision-only nodes, or None when the read failed.
+NodeRead = Callable[[], set[str] | None]
+
+
+def provision_only_accelerators(nodes: list[JSON], config: Config) -> set[str]:
+    """What ``read_nodes`` returns, from a node list (B6.3)."""
+    return {a for n in nodes if (a := dem.provision_only_accelerator(n, config)) is not None}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Admit or deny; ``why`` names the rule that decided (for logs and tests), ``message``
+    is the denial text, and ``log`` a line the caller must log (J2's unchecked admit)."""
+
+    allowed: bool
+    why: str
+    message: str = ""
+    log: str = ""
+
+
+def _runners(obj: JSON | None) -> list[JSON]:
+    spec = (obj or {}).get("spec")
+    runners = spec.get("runners") if isinstance(spec, dict) else None
+    return [r for r in runners if isinstance(r, dict)] if isinstance(runners, list) else []
+
+
+def _error(runners: list[JSON], config: Config, provision_only: set[str] | None) -> str | None:
+    """The demand error of an Instance of these runners, or None when it is valid."""
+    try:
+        dem.demand(dem.instance_pod_specs(runners), config, provision_only)
+    except dem.DemandError as e:
+        return str(e)
+    return None
+
+
+def decide(
+    operation: str,
+    new: JSON,
+    old: JSON | None,
+    config: Config | None,
+    read_nodes: NodeRead,
+) -> Verdict:
+    """J2, in order, for a CREATE or UPDATE of an InferenceReplica. ``config`` is None when
+    provisioning is off: no configuration, or no Slice CRD (J1)."""
+    if config is None:
+        return Verdict(True, "provisioning is off")
+    runners = _runners(new)
+    if operation == "UPDATE" and old is not None and runners == _runners(old):
+        return Verdict(True, "runners unchanged")
+    if not dem.opted_in(runners):
+        return Verdict(True, "not opted in")
+    provision_only = read_nodes()
+    error = _error(runners, config, provision_only)
+    if error is None:
+        return Verdict(True, "demand valid")
+    if provision_only is None:
+        return Verdict(True, "nodes unreadable", log=UNCHECKED_LOG)
+    if operation == "UPDATE" and old is not None:
+        old_runners = _runners(old)
+        if dem.opted_in(old_runners) and _error(old_runners, config, provision_only) is not None:
+            return Verdict(True, "old object invalid too")
+    meta = new.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return Verdict(False, "demand invalid", message=f"InferenceReplica {name}: {error}")

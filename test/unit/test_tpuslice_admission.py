@@ -1,0 +1,110 @@
+"""The admission decision (behaviour.md J2) on plain values: the shared table of cases, the
+order of the checks, and that nodes are read only when the early checks did not decide."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ome.tpuslice import config as cfg
+from ome.tpuslice.admission import UNCHECKED_LOG, Verdict, decide, provision_only_accelerators
+from ome.tpuslice.types import GUIDE_CONFIG_JSON
+from test.admission_cases import CASES, IDLE_CHIPS, VALID, Case, replica, runner
+
+CONFIG = cfg.parse(GUIDE_CONFIG_JSON)
+assert CONFIG is not None
+
+
+def run(case: Case) -> tuple[Verdict, int]:
+    reads = 0
+
+    def read_nodes() -> set[str] | None:
+        nonlocal reads
+        reads += 1
+        return {"provision-only": {"tpu7x"}, "static": set(), "fail": None}[case.nodes]
+
+    new, old = copy.deepcopy(case.new), copy.deepcopy(case.old)
+    verdict = decide(case.operation, new, old, CONFIG if case.configured else None, read_nodes)
+    assert (new, old) == (case.new, case.old), "the decision never changes its inputs"
+    return verdict, reads
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_admission_table(case: Case) -> None:
+    verdict, reads = run(case)
+    assert verdict.allowed is case.allowed
+    assert verdict.message == case.message
+    assert reads == (1 if case.reads_nodes else 0)
+    assert verdict.log == (UNCHECKED_LOG if case.nodes == "fail" else "")
+
+
+def test_the_denial_names_the_replica_and_the_controllers_own_reason() -> None:
+    verdict, _ = run(next(c for c in CASES if c.id == "create-idle-chips"))
+    assert verdict.message == (
+        "InferenceReplica qwen3-tpu/qwen3-tpu-engine: pods cannot be placed on a provisioned "
+        "slice: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, which "
+        "takes 2 pods"
+    )
+
+
+def test_a_valid_demand_is_admitted_even_when_the_nodes_cannot_be_read() -> None:
+    verdict = decide("CREATE", VALID, None, CONFIG, lambda: None)
+    assert verdict == Verdict(True, "demand valid")
+
+
+def test_an_update_from_a_not_opted_in_object_that_introduces_the_problem_is_denied() -> None:
+    old = replica(runner(chips=2, opted=False))
+    verdict = decide("UPDATE", IDLE_CHIPS, old, CONFIG, lambda: {"tpu7x"})
+    assert not verdict.allowed and verdict.why == "demand invalid"
+
+
+def test_provision_only_accelerators_come_from_the_labels() -> None:
+    def node(**labels: str) -> dict[str, Any]:
+        return {"metadata": {"name": "n", "labels": labels}}
+
+    nodes = [
+        node(
+            **{
+                "cloud.google.com/gke-accelerator-topology-mode": "PROVISION_ONLY",
+                "cloud.google.com/gke-tpu-accelerator": "tpu7x",
+            }
+        ),
+        node(**{"cloud.google.com/gke-tpu-accelerator": "tpu-v5p"}),
+        node(**{"cloud.google.com/gke-accelerator-topology-mode": "PROVISION_ONLY"}),
+        {"metadata": {"name": "bare"}},
+    ]
+    assert provision_only_accelerators(nodes, CONFIG) == {"tpu7x"}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 9) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["CREATE", "UPDATE"]),
+    st.one_of(
+        st.just(VALID), st.just(IDLE_CHIPS), st.dictionaries(st.text(max_size=8), json_values)
+    ),
+    st.one_of(st.none(), st.just(IDLE_CHIPS), st.dictionaries(st.text(max_size=8), json_values)),
+    st.sampled_from([{"tpu7x"}, set(), None]),
+)
+def test_the_decision_never_raises_and_denies_only_with_a_message(
+    operation: str, new: dict[str, Any], old: dict[str, Any] | None, nodes: set[str] | None
+) -> None:
+    before = json.dumps([new, old], sort_keys=True, default=str)
+    verdict = decide(operation, new, old, CONFIG, lambda: nodes)
+    assert json.dumps([new, old], sort_keys=True, default=str) == before
+    if not verdict.allowed:
+        assert verdict.message.startswith("InferenceReplica ")
+        assert ": pods cannot be placed on a provisioned slice: " in verdict.message
