@@ -21,6 +21,7 @@ from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from ome.controllers.slices.admission import PATH
+from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, SECRETS, Rest
 from ome.runtime.webhook import AdmissionResponse
@@ -315,3 +316,44 @@ def probe(port: int) -> tuple[int, str]:
         return response.status, response.read().decode()
     finally:
         conn.close()
+
+
+def test_a_mounted_certificate_is_served_and_nothing_is_served_once_stopped(
+    cluster: Cluster, tmp_path: Any
+) -> None:
+    """--webhook-cert-dir, as with cert-manager: the files' certificate is served, no Secret
+    is written; after the manager stops, the port is closed."""
+    ca = generate_ca("test-ca")
+    pair = issue_serving_cert(ca, ["ome-webhook-service.ome.svc"])
+    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls.key").write_bytes(pair.key_pem)
+    manager = Manager(
+        Rest(cluster.api),
+        ManagerOptions(
+            namespace="ome",
+            metrics_bind_address="0",
+            health_probe_bind_address="0",
+            webhook_bind_address="127.0.0.1:0",
+            webhook_cert_dir=str(tmp_path),
+        ),
+        registry=CollectorRegistry(),
+    )
+    manager.add_webhook(PATH, lambda request: AdmissionResponse(True))
+    stop = threading.Event()
+    thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        webhook = eventually(
+            lambda: (
+                manager.webhook if manager.webhook and manager.webhook.ready() is None else None
+            ),
+            timeout=10,
+        )
+        served = served_certificate(webhook.port, ca.cert_pem.decode())
+        assert served == x509.load_pem_x509_certificate(pair.cert_pem)
+        assert cluster.server.accounting.total("create", "secrets") == 0
+    finally:
+        stop.set()
+        thread.join(30)
+    with pytest.raises(OSError):
+        served_certificate(webhook.port, ca.cert_pem.decode())
