@@ -481,6 +481,47 @@ def test_a_ready_instance_whose_pod_turns_unready_waits_and_is_ready_again_since
     assert steady.rows[0]["readySince"] == rfc(t2)
 
 
+def test_pods_just_created_are_not_asked_about_by_holds_again() -> None:
+    rep = replica(multi(size=2))
+    first = plan(Observed(rep, [], NOW))
+    expected = frozenset(names(first.create))
+    asked: list[int] = []
+
+    def capacity(_replica: JSON, index: int, _pods: list[JSON]) -> Hold:
+        asked.append(index)
+        return Hold("CapacityProvisioning", "slice s-0 is waiting for partition assignment")
+
+    # The cache shows the leader but not the workers yet: nothing is left to withhold.
+    seen = instance_pods(rep, 0, ready=False)[:1]
+    later = NOW + timedelta(seconds=2)
+    obs = Observed(
+        with_rows(rep, first.rows), seen, later, expected_new=expected, holds=(capacity,)
+    )
+    again = plan(obs)
+    assert asked == []
+    (row,) = again.rows
+    assert row["operation"]["waiting"] is None and row["lastFailure"] is None
+    assert row["operation"]["deadline"] == first.rows[0]["operation"]["deadline"]
+    assert again.create == [] and again.delete == []
+
+    # The same for the pods of an update surge.
+    old = replica(single("engine:1"))
+    upd = replica(single("engine:2"), rows=[ready_row(old, 0)])
+    start = plan(Observed(upd, instance_pods(old, 0), NOW))
+    surge = plan(
+        Observed(
+            with_rows(upd, start.rows),
+            instance_pods(old, 0),
+            later,
+            expected_new=frozenset(names(start.create)),
+            holds=(capacity,),
+        )
+    )
+    assert asked == []
+    assert surge.rows[0]["operation"]["waiting"] is None
+    assert surge.rows[0]["lastFailure"] is None and surge.create == []
+
+
 # -- failures ----------------------------------------------------------------------------------
 
 
@@ -564,7 +605,9 @@ def test_a_pod_only_missing_from_the_cache_is_a_suspect_not_a_rebuild() -> None:
     assert suspects(obs) == [missing]
     out = plan(obs)
     (row,) = out.rows
+    # Not rebuilt, and still Ready with the same readySince: a lagging cache is no change.
     assert row["incarnation"] == 0 and row["phase"] == "Ready"
+    assert row["readySince"] == ready_row(base, 0)["readySince"]
     assert row["operation"] is None and row["lastFailure"] is None
     assert out.create == [] and out.delete == []
 
@@ -623,6 +666,61 @@ def test_an_instance_not_ready_by_its_deadline_fails() -> None:
     assert healed.rows[0]["phase"] == "Ready"
     assert healed.rows[0]["readySince"] == rfc(ready_at)
     assert healed.rows[0]["operation"] is None
+
+
+@pytest.mark.parametrize("runners", [single(), multi()], ids=["single-pod", "multi-pod"])
+def test_a_pod_deleted_while_its_instance_is_unready_rebuilds_it(runners: list[JSON]) -> None:
+    base = replica(runners)
+    rep = replica(runners, rows=[ready_row(base, 0)])
+    t1 = NOW + timedelta(minutes=1)
+    unready = plan(Observed(rep, instance_pods(rep, 0, ready=False), t1))
+    assert unready.rows[0]["phase"] == "Creating" and unready.rows[0]["operation"] is None
+
+    # A pod of it is deleted: a suspect, and not Ready while it is only unseen.
+    pods = instance_pods(rep, 0, ready=False)
+    gone = pods.pop(0)["metadata"]["name"]
+    t2 = NOW + timedelta(minutes=2)
+    obs = Observed(with_rows(rep, unready.rows), pods, t2)
+    assert suspects(obs) == [gone]
+    unseen = plan(obs)
+    assert unseen.rows[0]["phase"] == "Creating"
+    assert unseen.rows[0]["podCount"] == len(pods)
+    assert unseen.create == [] and unseen.delete == []
+
+    # Confirmed gone: the Instance is rebuilt, as a Ready one would be.
+    out = plan(Observed(with_rows(rep, unready.rows), pods, t2, confirmed_gone=frozenset({gone})))
+    (row,) = out.rows
+    assert row["incarnation"] == 1 and row["phase"] == "Restarting"
+    assert row["operation"]["type"] == "Restart"
+    assert row["lastFailure"]["reason"] == "PodDeleted"
+    assert row["lastFailure"]["podName"] == gone
+    assert sorted(out.delete) == sorted(deletes_of(pods))
+
+    rebuilt = plan(Observed(with_rows(rep, out.rows), [], t2 + timedelta(seconds=5)))
+    assert names(rebuilt.create) == [f"{NAME}-0-{s.runner}-{s.ordinal}" for s in pod_slots(runners)]
+    assert {p["metadata"]["labels"]["ome.io/incarnation"] for p in rebuilt.create} == {"1"}
+
+
+def test_a_stale_failed_pod_of_an_earlier_incarnation_does_not_restart_again() -> None:
+    base = replica(single())
+    rep = replica(single(), rows=[ready_row(base, 0, incarnation=2)])
+    (failed,) = instance_pods(rep, 0, incarnation=2, failed=True)
+    out = plan(Observed(rep, [failed], NOW))
+    assert out.rows[0]["incarnation"] == 3 and out.delete == deletes_of([failed])
+
+    # The cache still shows the failed pod as it was: the restart goes on as it is.
+    later = NOW + timedelta(seconds=1)
+    stale = plan(Observed(with_rows(rep, out.rows), [failed], later))
+    (row,) = stale.rows
+    assert row["incarnation"] == 3 and row["phase"] == "Restarting"
+    assert row["operation"]["id"] == out.rows[0]["operation"]["id"]
+    assert row["lastFailure"] == out.rows[0]["lastFailure"]
+    assert stale.create == []
+
+    # A failed pod of the current incarnation still restarts it.
+    (again,) = instance_pods(rep, 0, incarnation=3, failed=True)
+    fresh = plan(Observed(with_rows(rep, stale.rows), [again], later))
+    assert fresh.rows[0]["incarnation"] == 4
 
 
 # -- scale -------------------------------------------------------------------------------------
@@ -786,6 +884,24 @@ def test_pods_expected_new_are_not_created_again() -> None:
     assert names(lost.create) == [f"{NAME}-0-worker-0", f"{NAME}-0-worker-1"]
 
 
+def test_a_deleting_instance_keeps_its_delete_and_spares_terminating_pods() -> None:
+    base = replica(single())
+    rep = replica(single(), replicas=1, rows=[ready_row(base, 0), ready_row(base, 1)])
+    pods = instance_pods(base, 0) + instance_pods(base, 1)
+    down = plan(Observed(rep, pods, NOW))
+    assert down.rows[1]["operation"]["id"] == "delete-1"
+
+    # The cache still shows the pod: the same status (nothing to write), the same operation.
+    again = plan(Observed(with_rows(rep, down.rows), pods, NOW + timedelta(seconds=2)))
+    assert again.rows == down.rows
+
+    # The pod is terminating: it is not deleted again, and still nothing changes.
+    going = instance_pods(base, 0) + instance_pods(base, 1, terminating=True)
+    later = plan(Observed(with_rows(rep, again.rows), going, NOW + timedelta(seconds=4)))
+    assert later.rows == down.rows
+    assert later.delete == [] and later.create == []
+
+
 # -- update (surge) ----------------------------------------------------------------------------
 
 
@@ -925,6 +1041,178 @@ def test_expected_new_surge_pods_are_not_created_again() -> None:
     assert again.rows[0]["phase"] == "Updating"
 
 
+def test_a_multi_pod_surge_never_takes_an_index_with_a_row_or_pods() -> None:
+    old = replica(multi("engine:1"))
+    # Scale down and a template change in one spec: index 1 is Deleting, its pods still there.
+    rep = replica(multi("engine:2"), replicas=1, rows=[ready_row(old, 0), ready_row(old, 1)])
+    pods = instance_pods(old, 0) + instance_pods(old, 1)
+    out = plan(Observed(rep, pods, NOW))
+    assert [(r["index"], r["phase"]) for r in out.rows] == [(0, "Updating"), (1, "Deleting")]
+    assert out.rows[0]["operation"]["surgeIndex"] == 2
+    assert sorted(out.delete) == sorted(deletes_of(instance_pods(old, 1)))
+    assert names(out.create) == [
+        f"{NAME}-2-{r}-{o}" for r, o in (("leader", 0), ("worker", 0), ("worker", 1))
+    ]
+
+    # Strays, terminating or not, hold their indexes too.
+    rep = replica(multi("engine:2"), replicas=1, rows=[ready_row(old, 0)])
+    terminating = instance_pods(old, 1, terminating=True)
+    strays = instance_pods(old, 2)
+    out = plan(Observed(rep, instance_pods(old, 0) + terminating + strays, NOW))
+    assert out.rows[0]["operation"]["surgeIndex"] == 3
+    assert out.rows[0]["phase"] == "Updating"
+    assert sorted(out.delete) == sorted(deletes_of(strays))
+    assert {p["metadata"]["labels"]["ome.io/instance-index"] for p in out.create} == {"3"}
+
+
+@pytest.mark.parametrize(
+    ("old_runners", "new_runners", "surged"),
+    [
+        (single("engine:1"), single("engine:2"), [f"{NAME}-0-default-1"]),
+        (
+            multi("engine:1"),
+            multi("engine:2"),
+            [f"{NAME}-1-leader-0", f"{NAME}-1-worker-0", f"{NAME}-1-worker-1"],
+        ),
+    ],
+    ids=["single-pod", "multi-pod"],
+)
+def test_a_template_change_during_a_create_rolls_out_once_the_old_pods_are_ready(
+    old_runners: list[JSON], new_runners: list[JSON], surged: list[str]
+) -> None:
+    old = replica(old_runners)
+    created = plan(Observed(old, [], NOW))
+    rep = replica(new_runners, rows=created.rows)  # the template changes
+    t1 = NOW + timedelta(seconds=20)
+    waiting = plan(Observed(rep, instance_pods(old, 0, ready=False), t1))
+    assert waiting.rows[0]["phase"] == "Creating" and waiting.create == []
+
+    t2 = NOW + timedelta(seconds=40)
+    ready = plan(Observed(with_rows(rep, waiting.rows), instance_pods(old, 0), t2))
+    (row,) = ready.rows
+    assert row["phase"] == "Ready"
+    assert row["runningRevision"] == revision_hash(old_runners)
+    assert row["targetRevision"] == revision_hash(new_runners)
+
+    rolls = plan(Observed(with_rows(rep, ready.rows), instance_pods(old, 0), t2))
+    assert rolls.rows[0]["phase"] == "Updating"
+    assert names(rolls.create) == surged
+    assert {p["metadata"]["labels"]["ome.io/revision-hash"] for p in rolls.create} == {
+        revision_hash(new_runners)
+    }
+
+
+def test_a_template_change_during_a_surge_rolls_again_once_it_is_done() -> None:
+    v1, v2, v3 = replica(single("engine:1")), replica(single("engine:2")), single("engine:3")
+    rep = replica(single("engine:2"), rows=[ready_row(v1, 0)])
+    start = plan(Observed(rep, instance_pods(v1, 0), NOW))
+    newer = replica(v3, rows=start.rows)
+    surge = instance_pods(v2, 0, ordinal=1)  # made at engine:2, Ready
+    t1 = NOW + timedelta(seconds=30)
+    done = plan(Observed(newer, instance_pods(v1, 0) + surge, t1))
+    (row,) = done.rows
+    assert row["phase"] == "Ready" and row["activeOrdinal"] == 1
+    assert row["runningRevision"] == revision_hash(single("engine:2"))
+
+    rolls = plan(Observed(with_rows(newer, done.rows), surge, t1 + timedelta(seconds=5)))
+    assert rolls.rows[0]["phase"] == "Updating"
+    assert names(rolls.create) == [f"{NAME}-0-default-0"]
+
+
+def test_an_update_does_not_create_a_pod_whose_name_a_terminating_pod_holds() -> None:
+    old = replica(single("engine:1"))
+    rep = replica(single("engine:2"), rows=[ready_row(old, 0, ordinal=1)])
+    serving = instance_pods(old, 0, ordinal=1)
+    going = instance_pods(old, 0, ordinal=0, terminating=True)
+    out = plan(Observed(rep, serving + going, NOW))
+    (row,) = out.rows
+    assert row["phase"] == "Updating" and row["operation"]["type"] == "Update"
+    assert out.create == [] and out.delete == []
+    assert out.requeue_after == 1.0
+
+    gone = plan(Observed(with_rows(rep, out.rows), serving, NOW + timedelta(seconds=3)))
+    assert names(gone.create) == [f"{NAME}-0-default-0"]
+    assert gone.rows[0]["operation"]["id"] == row["operation"]["id"]
+
+
+def test_a_failed_single_pod_surge_pod_is_retried_and_the_serving_pod_stays() -> None:
+    old = replica(single("engine:1"))
+    rep = replica(single("engine:2"), rows=[ready_row(old, 0)])
+    serving = instance_pods(old, 0)
+    start = plan(Observed(rep, serving, NOW))
+    crashed = {"reason": "Error", "exitCode": 1, "message": "bad flag"}
+    surge = running(start.create[0], failed=True, terminated=crashed)
+
+    t1 = NOW + timedelta(seconds=30)
+    failed = plan(Observed(with_rows(rep, start.rows), [*serving, surge], t1))
+    (row,) = failed.rows
+    assert row["phase"] == "Updating" and row["incarnation"] == 0
+    assert row["activeOrdinal"] == 0 and row["runningRevision"] == revision_hash(single())
+    op = row["operation"]
+    assert op["type"] == "Update" and op["id"] == start.rows[0]["operation"]["id"]
+    assert op["retryCount"] == 1
+    assert row["lastFailure"] == {
+        "podName": f"{NAME}-0-default-1",
+        "containerName": "runner",
+        "reason": "Error",
+        "exitCode": 1,
+        "message": "bad flag",
+        "time": rfc(t1),
+    }
+    assert failed.delete == deletes_of([surge])
+    assert failed.create == []
+
+    # The cache still shows the failed pod: it is not counted again.
+    t2 = t1 + timedelta(seconds=1)
+    stale = plan(Observed(with_rows(rep, failed.rows), [*serving, surge], t2))
+    assert stale.rows[0]["operation"]["retryCount"] == 1
+    assert stale.rows[0]["lastFailure"] == row["lastFailure"]
+    assert set(stale.delete) <= set(deletes_of([surge])) and stale.create == []
+
+    # Gone: the surge pod is made again.
+    t3 = t2 + timedelta(seconds=1)
+    retry = plan(Observed(with_rows(rep, stale.rows), serving, t3))
+    assert names(retry.create) == [f"{NAME}-0-default-1"]
+    assert retry.delete == []
+    assert retry.rows[0]["phase"] == "Updating"
+    assert retry.rows[0]["operation"]["retryCount"] == 1
+
+
+def test_a_failed_multi_pod_surge_pod_is_retried_and_the_serving_pods_stay() -> None:
+    old = replica(multi("engine:1"))
+    rep = replica(multi("engine:2"), rows=[ready_row(old, 0)])
+    serving = instance_pods(old, 0)
+    start = plan(Observed(rep, serving, NOW))
+    assert start.rows[0]["operation"]["surgeIndex"] == 1
+    oom = {"reason": "OOMKilled", "exitCode": 137, "message": ""}
+    surge = [running(p, ready=False) for p in start.create]
+    surge[2] = running(start.create[2], failed=True, terminated=oom)
+
+    t1 = NOW + timedelta(seconds=30)
+    failed = plan(Observed(with_rows(rep, start.rows), serving + surge, t1))
+    (row,) = failed.rows
+    assert row["index"] == 0 and row["phase"] == "Updating" and row["incarnation"] == 0
+    assert row["operation"]["retryCount"] == 1 and row["operation"]["surgeIndex"] == 1
+    assert row["lastFailure"]["podName"] == f"{NAME}-1-worker-1"
+    assert row["lastFailure"]["reason"] == "OOMKilled"
+    assert sorted(failed.delete) == sorted(deletes_of(surge))  # the surge pods, together
+    assert failed.create == []
+
+    # Going: nothing is made while their names are held.
+    going = [running(p, ready=False, terminating=True) for p in start.create]
+    t2 = t1 + timedelta(seconds=2)
+    waiting = plan(Observed(with_rows(rep, failed.rows), serving + going, t2))
+    assert waiting.create == [] and waiting.delete == []
+    assert waiting.rows[0]["operation"]["retryCount"] == 1
+
+    # Gone: the surge is made again, beside the serving pods.
+    t3 = t2 + timedelta(seconds=2)
+    retry = plan(Observed(with_rows(rep, waiting.rows), serving, t3))
+    assert names(retry.create) == names(start.create)
+    assert retry.delete == []
+    assert retry.rows[0]["index"] == 0 and retry.rows[0]["phase"] == "Updating"
+
+
 # -- properties --------------------------------------------------------------------------------
 
 POD_STATES = ("absent", "ready", "unready", "failed", "terminating")
@@ -947,7 +1235,7 @@ def _op(kind: str, draw: Any, rev: str, surge: int | None = None) -> JSON:
     return {
         "id": f"{kind.lower()}-{draw(st.integers(0, 3))}",
         "type": kind,
-        "step": draw(st.sampled_from(["CreatePods", "WaitReady", "SurgePods"])),
+        "step": draw(st.sampled_from(["CreatePods", "WaitReady", "SurgePods", "RetrySurge"])),
         "startedAt": rfc(NOW - timedelta(minutes=5)),
         "lastProgressAt": rfc(NOW - timedelta(minutes=5)),
         "deadline": rfc(deadline) if deadline else None,
@@ -1111,3 +1399,29 @@ def test_held_instances_get_no_pods_and_a_parked_deadline(obs: Observed) -> None
         if op.get("waiting"):
             assert op["deadline"] is None
             assert row["lastFailure"]["reason"] == op["waiting"]
+
+
+@PROPERTY
+@given(observations())
+def test_plan_never_creates_and_deletes_the_same_pod_name(obs: Observed) -> None:
+    out = plan(obs)
+    assert not set(names(out.create)) & {name for name, _uid in out.delete}
+
+
+def test_runners_that_turn_multi_pod_mid_update_move_the_surge_to_a_new_index() -> None:
+    old = replica(single("engine:1"))
+    rep = replica(single("engine:2"), rows=[ready_row(old, 0)])
+    old_pods = instance_pods(old, 0)
+    start = plan(Observed(rep, old_pods, NOW))
+    assert start.rows[0]["operation"]["surgeIndex"] is None
+    # Before the single-pod surge is done, the runners become a leader and workers.
+    now_multi = replica(multi("engine:3"), rows=start.rows)
+    moved = plan(Observed(now_multi, old_pods, NOW + timedelta(seconds=5)))
+    op = moved.rows[0]["operation"]
+    assert op["type"] == "Update" and op["surgeIndex"] == 1
+    assert all(p["metadata"]["labels"]["ome.io/instance-index"] == "1" for p in moved.create)
+    assert moved.delete == [], "the serving pod stays until the surge is Ready"
+    # And back to single-pod: the surge returns beside the serving pod.
+    back = plan(Observed(replica(single("engine:4"), rows=moved.rows), old_pods, NOW))
+    assert back.rows[0]["operation"]["surgeIndex"] is None
+    assert names(back.create) == [f"{NAME}-0-default-1"]

@@ -36,6 +36,9 @@ LABEL_REPLICA = "ome.io/inferencereplica"
 
 RUNNERS = ("default", "leader", "worker")
 
+#: The Update step after a surge pod failed: its surge pods are deleted, then made again.
+RETRY_SURGE = "RetrySurge"
+
 
 def rfc3339(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -168,6 +171,18 @@ def index_of(pod: JSON) -> int | None:
     return int(raw) if raw is not None and raw.isdigit() else None
 
 
+def terminating(pod: JSON) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def running_revision(pods: list[JSON], revision: str) -> str:
+    """The revision the pods actually run: ``revision`` when all carry it, else an older
+    one of theirs (so a Ready Instance at it rolls to ``revision``)."""
+    labels = {((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION, "") for p in pods}
+    older = sorted(str(r) for r in labels if r != revision)
+    return older[0] if older else revision
+
+
 # -- the plan --------------------------------------------------------------------------------
 
 
@@ -287,11 +302,12 @@ def plan(obs: Observed) -> Plan:
     keep = live[:desired]
     for index in live[desired:]:  # scale down, highest first: they all go
         row = rows.pop(index)
-        for pod in by_index.get(index, []) + _surge_pods(row, by_index):
-            out.delete.append((pod["metadata"]["name"], pod["metadata"]["uid"]))
-        if by_index.get(index) or _surge_pods(row, by_index):
+        doomed = by_index.get(index, []) + _surge_pods(row, by_index)
+        _delete(out, doomed)
+        if doomed:
             row["phase"] = "Deleting"
-            row["operation"] = _operation("Delete", revision, obs.now, None, _seq(row))
+            if (row.get("operation") or {}).get("type") != "Delete":
+                row["operation"] = _operation("Delete", revision, obs.now, None, _seq(row))
             out.rows.append(row)
     taken = set(keep) | surge_targets
     candidate = 0
@@ -305,7 +321,10 @@ def plan(obs: Observed) -> Plan:
     owned = set(keep) | surge_targets | {r["index"] for r in out.rows}
     for index, pods in by_index.items():
         if index not in owned:
-            out.delete.extend((p["metadata"]["name"], p["metadata"]["uid"]) for p in pods)
+            _delete(out, pods)
+    # A multi-pod surge goes to an index nothing uses: no row (Deleting ones too), no pods
+    # (strays and terminating ones too).
+    taken |= owned | set(by_index)
 
     for index in sorted(keep):
         row = rows[index]
@@ -322,6 +341,22 @@ def _seq(row: JSON) -> int:
     op = row.get("operation") or {}
     raw = str(op.get("id", "x-0")).rsplit("-", 1)[-1]
     return (int(raw) if raw.isdigit() else 0) + 1
+
+
+def _delete(out: Plan, pods: Iterable[JSON]) -> None:
+    """Delete ``pods`` by UID; one already terminating is not deleted again."""
+    out.delete.extend(
+        (p["metadata"]["name"], p["metadata"]["uid"]) for p in pods if not terminating(p)
+    )
+
+
+def _creatable(out: Plan, wanted: list[JSON], there: Iterable[JSON]) -> list[JSON]:
+    """``wanted`` but those whose name a terminating pod still holds: those wait (and we
+    look back soon)."""
+    going = {p["metadata"]["name"] for p in there if terminating(p)}
+    if going & {p["metadata"]["name"] for p in wanted}:
+        out.wake_in(1.0)
+    return [p for p in wanted if p["metadata"]["name"] not in going]
 
 
 def _surge_pods(row: JSON, by_index: Mapping[int, list[JSON]]) -> list[JSON]:
@@ -356,7 +391,7 @@ def _plan_instance(
     op = row.get("operation")
 
     # A pod failed, or vanished from an Instance that had it: rebuild the Instance.
-    lost = _lost_pod(obs, row, index, pods, runners)
+    lost = _lost_pod(obs, row, index, pods, runners, multi)
     if lost is not None:
         failure, doomed = lost
         row["incarnation"] = int(row.get("incarnation", 0)) + 1
@@ -366,8 +401,7 @@ def _plan_instance(
         row["operation"] = _operation(
             "Restart", revision, now, now + timeout if timeout else None, _seq(row)
         )
-        for pod in doomed + _surge_pods(row, by_index):
-            out.delete.append((pod["metadata"]["name"], pod["metadata"]["uid"]))
+        _delete(out, doomed + _surge_pods(row, by_index))
         _counts(row, [])
         out.wake_in(0.5)
         return
@@ -387,6 +421,16 @@ def _plan_instance(
     row["targetRevision"] = revision
 
     if op is not None and op.get("type") == "Update":
+        # The runners changed between single-pod and multi-pod mid-update: the surge moves
+        # to a new index (multi-pod) or back beside the serving pods (single-pod).
+        if multi and op.get("surgeIndex") is None:
+            surge = 0
+            while surge in taken:
+                surge += 1
+            taken.add(surge)
+            op["surgeIndex"] = surge
+        elif not multi and op.get("surgeIndex") is not None:
+            op["surgeIndex"] = None
         _plan_update(obs, out, row, op, by_index, runners, revision, timeout, multi)
         return
 
@@ -398,12 +442,15 @@ def _plan_instance(
     missing = [p for p in wanted if p["metadata"]["name"] not in mine]
     present = [mine[p["metadata"]["name"]] for p in wanted if p["metadata"]["name"] in mine]
     stale = [p for name, p in mine.items() if name not in {w["metadata"]["name"] for w in wanted}]
-    out.delete.extend((p["metadata"]["name"], p["metadata"]["uid"]) for p in stale)
+    _delete(out, stale)
     _counts(row, present)
     if op is None:
-        # No operation: the Instance was Ready. While a pod is unready (or the cache lags on
-        # one) it waits, with no new operation; it is Ready again, since now, when all are.
-        if all(pod_ready(p) for p in present):
+        # No operation: the Instance was Ready. While a pod is unready it waits, with no new
+        # operation (a pod confirmed gone rebuilds it, above); it is Ready again, since now,
+        # when all are there and Ready. A pod only the cache misses (a live read found it)
+        # does not flip a Ready Instance: readySince must not reset on cache lag.
+        settled = not missing or row.get("phase") == "Ready"
+        if settled and all(pod_ready(p) for p in present):
             if row.get("phase") != "Ready":
                 row["phase"] = "Ready"
                 row["readySince"] = rfc3339(now)
@@ -411,27 +458,16 @@ def _plan_instance(
             row["phase"] = "Creating"
             row["readySince"] = None
         return
-    terminating = {
-        p["metadata"]["name"]
-        for p in by_index.get(index, [])
-        if p["metadata"].get("deletionTimestamp")
-    }
-    to_create = [
-        p
-        for p in missing
-        if p["metadata"]["name"] not in obs.expected_new
-        and p["metadata"]["name"] not in terminating
-    ]
-    if terminating & {p["metadata"]["name"] for p in missing}:
-        out.wake_in(1.0)  # a pod of the same name is still going away
     if missing:
-        hold = _first_hold(obs, index, missing)
+        # Pods we just created (the cache does not show them yet) are not asked about again.
+        pending = [p for p in missing if p["metadata"]["name"] not in obs.expected_new]
+        hold = _first_hold(obs, index, pending) if pending else None
         if hold is not None:
-            _park(row, op, hold, missing[0]["metadata"]["name"], now)
+            _park(row, op, hold, pending[0]["metadata"]["name"], now)
             out.wake_in(5.0)
             return
         _unpark(row, op, now, timeout)
-        out.create.extend(to_create)
+        out.create.extend(_creatable(out, pending, by_index.get(index, [])))
         op["step"] = "WaitReady"
         _deadline(out, row, op, now)
         return
@@ -439,7 +475,9 @@ def _plan_instance(
     if all(pod_ready(p) for p in present):
         row["phase"] = "Ready"
         row["readySince"] = rfc3339(now)
-        row["runningRevision"] = revision
+        # The pods may predate a template change: the Instance runs what they run, and a
+        # later pass rolls it to the new revision (Update).
+        row["runningRevision"] = running_revision(present, revision)
         row["operation"] = None
         return
     op["step"] = "WaitReady"
@@ -471,9 +509,7 @@ def _plan_update(
         for slot in pod_slots(runners, ordinal)
     ]
     current = {
-        p["metadata"]["name"]: p
-        for p in by_index.get(target_index, [])
-        if not p["metadata"].get("deletionTimestamp")
+        p["metadata"]["name"]: p for p in by_index.get(target_index, []) if not terminating(p)
     }
     missing = [p for p in wanted if p["metadata"]["name"] not in current]
     present = [current[p["metadata"]["name"]] for p in wanted if p["metadata"]["name"] in current]
@@ -482,14 +518,35 @@ def _plan_update(
         for p in by_index.get(index, [])
         if p["metadata"]["name"] not in {w["metadata"]["name"] for w in wanted}
     ]
+    # A surge pod failed: the surge pods go (the old ones serve on) and the surge is retried.
+    # Until the pods we deleted (or created and not yet seen) are gone, none is counted again.
+    failed = [p for p in present if pod_failed(p)]
+    if op.get("step") == RETRY_SURGE:
+        unseen = [p for p in missing if p["metadata"]["name"] in obs.expected_new]
+        if present or unseen:
+            _delete(out, present)
+            out.wake_in(1.0)
+            _deadline(out, row, op, now)
+            return
+    elif failed:
+        row["lastFailure"] = failure_of(failed[0], now)
+        op["retryCount"] = int(op.get("retryCount") or 0) + 1
+        op["step"] = RETRY_SURGE
+        op["lastProgressAt"] = rfc3339(now)
+        _delete(out, present)
+        out.wake_in(1.0)
+        _deadline(out, row, op, now)
+        return
     if missing:
-        hold = _first_hold(obs, target_index, missing)
+        # Pods we just created (the cache does not show them yet) are not asked about again.
+        pending = [p for p in missing if p["metadata"]["name"] not in obs.expected_new]
+        hold = _first_hold(obs, target_index, pending) if pending else None
         if hold is not None:
-            _park(row, op, hold, missing[0]["metadata"]["name"], now)
+            _park(row, op, hold, pending[0]["metadata"]["name"], now)
             out.wake_in(5.0)
             return
         _unpark(row, op, now, timeout)
-        out.create.extend(p for p in missing if p["metadata"]["name"] not in obs.expected_new)
+        out.create.extend(_creatable(out, pending, by_index.get(target_index, [])))
         op["step"] = "SurgePods"
         _deadline(out, row, op, now)
         return
@@ -499,37 +556,58 @@ def _plan_update(
         _deadline(out, row, op, now)
         return
     # The new pods serve: the old ones go, and the Instance moves to them.
-    out.delete.extend(
-        (p["metadata"]["name"], p["metadata"]["uid"])
-        for p in old
-        if not p["metadata"].get("deletionTimestamp")
-    )
+    _delete(out, old)
     if multi:
         row["index"] = target_index
     else:
         row["activeOrdinal"] = ordinal
     row["phase"] = "Ready"
-    row["runningRevision"] = revision
+    row["runningRevision"] = running_revision(present, revision)
     row["readySince"] = rfc3339(now)
     row["operation"] = None
     _counts(row, present)
 
 
+def _had_pods(row: JSON) -> bool:
+    """Whether the Instance has had all its pods (or is waiting on them), so a pod it lacks is
+    lost. A row without an operation was Ready, whether or not its pods are Ready now."""
+    op = row.get("operation")
+    if op is None or row.get("phase") in ("Ready", "Updating"):
+        return True
+    return bool(op.get("step") == "WaitReady")
+
+
 def _lost_pod(
-    obs: Observed, row: JSON, index: int, pods: list[JSON], runners: list[JSON]
+    obs: Observed,
+    row: JSON,
+    index: int,
+    pods: list[JSON],
+    runners: list[JSON],
+    multi: bool,
 ) -> tuple[JSON, list[JSON]] | None:
-    """A failed pod, or a pod the Instance had that is now confirmed gone."""
+    """A failed pod, or a pod the Instance had that is now confirmed gone. Not a failed pod
+    of an earlier incarnation the cache still shows, nor a single-pod surge pod (the update
+    retries those)."""
+    active = int(row.get("activeOrdinal", 0))
+    surge: set[str] = set()
+    if not multi and (row.get("operation") or {}).get("type") == "Update":
+        surge = {
+            pod_name(obs.replica["metadata"]["name"], index, s.runner, s.ordinal)
+            for s in pod_slots(runners, 1 - active)
+        }
+    incarnation = int(row.get("incarnation", 0))
     for pod in pods:
-        if pod_failed(pod):
+        if (
+            pod_failed(pod)
+            and pod["metadata"]["name"] not in surge
+            and _incarnation_of(pod, incarnation) >= incarnation
+        ):
             return failure_of(pod, obs.now), pods
-    if (
-        row.get("phase") not in ("Ready", "Updating")
-        and (row.get("operation") or {}).get("step") != "WaitReady"
-    ):
+    if not _had_pods(row):
         return None
     wanted = {
         pod_name(obs.replica["metadata"]["name"], index, s.runner, s.ordinal)
-        for s in pod_slots(runners, int(row.get("activeOrdinal", 0)))
+        for s in pod_slots(runners, active)
     }
     names = {p["metadata"]["name"] for p in pods}
     for name in sorted(wanted - names):
@@ -546,6 +624,11 @@ def _lost_pod(
     return None
 
 
+def _incarnation_of(pod: JSON, default: int) -> int:
+    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_INCARNATION)
+    return int(raw) if raw is not None and str(raw).isdigit() else default
+
+
 def suspects(obs: Observed) -> list[str]:
     """Pods a Ready or starting Instance should have that the cache does not show (and we
     did not just create): the reconciler confirms each with a live read."""
@@ -554,8 +637,7 @@ def suspects(obs: Observed) -> list[str]:
     names = {p["metadata"]["name"] for p in obs.pods if not p["metadata"].get("deletionTimestamp")}
     out: list[str] = []
     for row in (replica.get("status") or {}).get("instanceStatuses") or []:
-        op = row.get("operation") or {}
-        if row.get("phase") not in ("Ready", "Updating") and op.get("step") != "WaitReady":
+        if not _had_pods(row):
             continue
         for slot in pod_slots(runners, int(row.get("activeOrdinal", 0))):
             name = pod_name(
