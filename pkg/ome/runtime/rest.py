@@ -9,6 +9,7 @@ for raw responses. It knows nothing of TPUs and holds no state beyond the client
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -299,9 +300,11 @@ class WatchStream:
             self._raw.release_conn()
 
     def close(self) -> None:
-        """Unblock a reader waiting on the socket; safe from any thread."""
+        """Unblock a reader waiting on the socket; safe from any thread, and a no-op when
+        the connection is already gone (its socket closed under us)."""
         self._closed = True
-        self._raw.shutdown()
+        with contextlib.suppress(OSError):
+            self._raw.shutdown()
 
 
 def _query_value(value: Any) -> Any:
