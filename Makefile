@@ -24,8 +24,9 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest
 
+# ARGS passes flags to ome-sim run, e.g. make run ARGS="--slice-ready-timeout 20s".
 run: setup
-	$(BIN)/ome-sim up --kubeconfig .ome/kubeconfig
+	$(BIN)/ome-sim run --kubeconfig .ome/kubeconfig $(ARGS)
 
 clean:
 	rm -rf $(VENV) .ome .pytest_cache .mypy_cache .ruff_cache

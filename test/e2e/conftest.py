@@ -1,8 +1,14 @@
 """The black-box suite: kubectl against a cluster, as a user would.
 
-With ``OME_E2E_KUBECONFIG`` set, it runs against that cluster (a kind cluster with the
-provider, say: see hack/kind-e2e.sh). Otherwise it starts ``ome-sim up`` itself, exactly as
-``make run`` does, on a free port with a kubeconfig in a temporary directory.
+With ``OME_E2E_KUBECONFIG`` set, it runs against that cluster: one with OME, its webhook and
+the simulated provider, such as a kind cluster set up by hack/kind-e2e.sh (and
+``OME_E2E_METRICS_URL`` for the manager's metrics, if it is reachable). Otherwise it starts
+``ome-sim run`` itself, exactly as ``make run`` does, on free ports with a kubeconfig in a
+temporary directory.
+
+Tests that need a slower simulator (a Slice activating long enough to act on it) get a
+second environment started with other ``ome-sim run`` flags; against a given cluster they
+are skipped, since its simulator cannot be reconfigured from here.
 """
 
 from __future__ import annotations
@@ -18,22 +24,27 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @dataclass
 class Environment:
     kubeconfig: Path
     home: Path
+    metrics_url: str | None = None
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(self.home)}
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: int = 60
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(self.home)}
         proc = subprocess.run(
             [shutil.which("kubectl") or "kubectl", *args],
             input=input,
             capture_output=True,
             text=True,
-            env=env,
+            env=self.env(),
             timeout=timeout,
         )
         if check and proc.returncode != 0:
@@ -46,35 +57,69 @@ def _ome_sim() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "ome.sim.cli"]
 
 
+def start_system(directory: Path, home: Path, *flags: str) -> Iterator[Environment]:
+    """``ome-sim run`` until the test session ends; its output until ready is kept for the
+    failure message."""
+    kubeconfig = directory / "kubeconfig"
+    proc = subprocess.Popen(
+        [
+            *_ome_sim(),
+            "run",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--config-dir",
+            str(ROOT / "config"),
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    metrics: str | None = None
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("manager metrics: "):
+            metrics = line.split(": ", 1)[1].strip()
+        if line.startswith("press Ctrl-C"):
+            break
+    else:
+        proc.wait(10)
+        pytest.fail("ome-sim run did not start:\n" + "".join(seen))
+    try:
+        yield Environment(kubeconfig, home, metrics)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+
+
 @pytest.fixture(scope="session")
 def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     home = tmp_path_factory.mktemp("home")
     given = os.environ.get("OME_E2E_KUBECONFIG")
     if given:
-        yield Environment(Path(given), home)
+        yield Environment(Path(given), home, os.environ.get("OME_E2E_METRICS_URL"))
         return
-    kubeconfig = tmp_path_factory.mktemp("cluster") / "kubeconfig"
-    proc = subprocess.Popen(
-        [*_ome_sim(), "up", "--kubeconfig", str(kubeconfig), "--activation-delay", "1s"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    yield from start_system(tmp_path_factory.mktemp("cluster"), home, "--activation-delay", "1s")
+
+
+@pytest.fixture(scope="session")
+def slow_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
+    """Slices activate in 5 s and time out after 10 s: time to act while one activates."""
+    if os.environ.get("OME_E2E_KUBECONFIG"):
+        pytest.skip("needs ome-sim run with --activation-delay and --slice-ready-timeout")
+    home = tmp_path_factory.mktemp("home-slow")
+    yield from start_system(
+        tmp_path_factory.mktemp("slow-cluster"),
+        home,
+        "--activation-delay",
+        "5s",
+        "--slice-ready-timeout",
+        "10s",
     )
-    assert proc.stdout is not None
-    seen: list[str] = []
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith("press Ctrl-C"):
-            break
-    else:
-        proc.wait(10)
-        pytest.fail("ome-sim up did not start:\n" + "".join(seen))
-    try:
-        yield Environment(kubeconfig, home)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise

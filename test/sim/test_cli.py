@@ -157,3 +157,60 @@ def test_provider_reports_an_unreachable_cluster(tmp_path: Path) -> None:
     assert out.stderr.startswith("ome-sim: provider: cannot reach the API server of"), out.stderr
     assert "Connection refused" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """``ome-sim run`` (``make run``): the printed lines, a second start while the first runs,
+    and Ctrl-C stopping the manager child and freeing every port."""
+    root = Path(__file__).resolve().parents[2]
+
+    def start(name: str) -> tuple[subprocess.Popen[str], list[str]]:
+        proc = subprocess.Popen(
+            [
+                *_ome_sim(),
+                "run",
+                "--kubeconfig",
+                str(tmp_path / name / "kubeconfig"),
+                "--config-dir",
+                str(root / "config"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("press Ctrl-C"):
+                break
+        return proc, lines
+
+    proc, lines = start("first")
+    again, again_lines = start("second")  # running it again, even beside the first, works
+    try:
+        assert f"export KUBECONFIG={(tmp_path / 'first' / 'kubeconfig').resolve()}" in lines
+        metrics = next(line for line in lines if line.startswith("manager metrics: "))
+        url = metrics.split(": ", 1)[1]
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+        assert "the guide's Step 2 InferenceService: config/samples/qwen3-tpu-isvc.yaml" in lines
+        assert "next: kubectl apply -f config/samples/qwen3-tpu-isvc.yaml" in lines
+        assert any("waiting for the manager to be ready" in line for line in lines), lines
+        assert any(line.startswith("press Ctrl-C") for line in again_lines), again_lines
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        children = subprocess.run(
+            ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+        ).stdout.split()
+        assert children, "the manager runs as its own process"
+    finally:
+        for p in (proc, again):
+            p.send_signal(signal.SIGINT)
+        codes = [p.wait(timeout=60) for p in (proc, again)]
+    assert codes == [0, 0]
+    assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists(), f"manager process {pid} outlived Ctrl-C"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # the metrics port is free again

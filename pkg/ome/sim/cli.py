@@ -20,8 +20,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from ome.durations import parse_go_duration
 from ome.runtime.rest import Rest
 
+from . import system
 from .apiserver import EmbeddedAPIServer, ServerThread
 from .gke.model import DEFAULT_POOLS, KNOBS, PoolError, parse_pools
 from .gke.provider import Options, Provider, install_slice_crd, parse_duration
@@ -167,10 +169,75 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _go_duration(text: str) -> str:
+    try:
+        parse_go_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or not 0 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"--port must be between 0 and 65535, not {text}")
     return int(text)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The whole system: ``ome-sim up`` plus OME's manifests and the manager process."""
+    interrupted = _interrupt_event()
+    say("starting the embedded API server")
+    thread = ServerThread(port=args.port)
+    try:
+        server = thread.start()
+    except OSError as e:
+        return fail(f"run: {e}")
+    provider: Provider | None = None
+    manager: system.ManagerProcess | None = None
+    try:
+        path = server.write_kubeconfig(args.kubeconfig).resolve()
+        say(f"embedded API server listening on {server.url}")
+        rest = _rest(str(path))
+        provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
+        configs = system.install(
+            rest,
+            args.config_dir,
+            system.config_with(args.slice_ready_timeout),
+            lambda m: say(f"  {m}"),
+        )
+        log_path = path.parent / "manager.log"
+        say(f"  starting the manager (its log: {log_path})")
+        manager = system.start_manager(path, log_path, [])
+        say("  waiting for the manager to bind its ports")
+        probes = manager.wait_for_port("probes", 60)
+        metrics = manager.wait_for_port("metrics", 60)
+        webhook = manager.wait_for_port("admission webhooks", 60)
+        system.point_webhooks_at(rest, configs, webhook)
+        system.wait_ready(manager, probes, 120, lambda m: say(f"  {m}"))
+        if interrupted.is_set():
+            return 0
+        say("")
+        say("OME is up on the embedded cluster; in another shell:")
+        say(f"export KUBECONFIG={path}")
+        say(f"manager metrics: http://127.0.0.1:{metrics}/metrics")
+        say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
+        say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
+        say("press Ctrl-C to stop")
+        while not interrupted.wait(0.5):
+            if manager.proc.poll() is not None:
+                return fail(manager.died())
+        say("stopping")
+        return 0
+    except system.StartError as e:
+        return fail(f"run: {e}")
+    except (ApiException, HTTPError, OSError, TimeoutError) as e:
+        return fail(f"run: {e}")
+    finally:
+        if manager is not None:
+            manager.stop()
+        if provider is not None:
+            provider.stop()
+        thread.stop()
 
 
 def _knob_help() -> str:
@@ -246,6 +313,40 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=_port, default=0, help="API server port (default: a free one)")
     _provider_flags(up)
     up.set_defaults(func=_up)
+
+    run = sub.add_parser(
+        "run",
+        help="the whole system: the cluster, the provider, OME's manifests and the manager",
+        description="What `make run` starts: the embedded API server and the simulated GKE "
+        "provider, OME's CRDs, the inferenceservice-config ConfigMap with the guide's Step 1 "
+        "values, the webhook configuration, the sample model and runtime, and ome-manager as "
+        "its own process against the kubeconfig, until Ctrl-C.",
+        epilog=_knob_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(".ome/kubeconfig"),
+        help="where to write the kubeconfig; the manager's log goes beside it "
+        "(default: .ome/kubeconfig)",
+    )
+    run.add_argument("--port", type=_port, default=0, help="API server port (default: a free one)")
+    run.add_argument(
+        "--config-dir",
+        type=Path,
+        default=Path("config"),
+        help="the repository's config/ directory: crd/, webhook/ and samples/ (default: ./config)",
+    )
+    run.add_argument(
+        "--slice-ready-timeout",
+        type=_go_duration,
+        metavar="DURATION",
+        help="slice.readyTimeout in the configuration (default: the guide's 10m); a short one "
+        "shows SliceReadyTimeout quickly",
+    )
+    _provider_flags(run)
+    run.set_defaults(func=_run)
 
     prov = sub.add_parser(
         "provider",

@@ -1,0 +1,305 @@
+"""The README's walkthrough, run as a user runs it: each command is taken as written in the
+README (the test fails if it is not there), run with bash and kubectl against the
+environment ``make run`` starts, and its output checked against what the guide shows.
+
+The tests run in order and build on each other, as the walkthrough does.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from test.e2e.conftest import ROOT, Environment
+from test.helpers import eventually
+
+README = (ROOT / "README.md").read_text()
+NS = "qwen3-tpu"
+SAMPLE = "kubectl apply -f config/samples/qwen3-tpu-isvc.yaml"
+WAIT = "kubectl wait --for=condition=Ready inferenceservice/qwen3-tpu -n qwen3-tpu --timeout=5m"
+STEP3 = (
+    "kubectl get slices.accelerator.gke.io -l ome.io/managed-by=OMENative -o "
+    "'custom-columns=NAME:.metadata.name,TYPE:.spec.type,TOPOLOGY:.spec.topology,"
+    'STATE:.status.conditions[?(@.type=="Ready")].reason\''
+)
+SLICE = (
+    "SLICE=$(kubectl get slices.accelerator.gke.io -l cloud.google.com/slice-owner-name="
+    "qwen3-tpu-engine,ome.io/instance-index=0 -o jsonpath='{.items[0].metadata.name}')"
+)
+OWNED = (
+    "kubectl get slices.accelerator.gke.io -l cloud.google.com/slice-owner-name=qwen3-tpu-engine"
+)
+
+
+def events(reason: str) -> str:
+    return (
+        f"kubectl get events -n qwen3-tpu --field-selector reason={reason} "
+        "-o jsonpath='{range .items[*]}{.message}{\"\\n\"}{end}'"
+    )
+
+
+def scale(n: int) -> str:
+    return (
+        "kubectl patch inferenceservice qwen3-tpu -n qwen3-tpu --type merge -p "
+        f'\'{{"spec":{{"engine":{{"minReplicas":{n},"maxReplicas":{n}}}}}}}\''
+    )
+
+
+def chips(n: int) -> str:
+    patch = '{"spec":{"engine":{"runner":{"resources":{"requests":{"google.com/tpu":N},"limits":{"google.com/tpu":N}}}}}}'
+    return f"kubectl patch inferenceservice qwen3-tpu -n qwen3-tpu --type merge -p '{patch.replace('N', str(n))}'"
+
+
+class Shell:
+    """bash with the environment's KUBECONFIG and the variables earlier steps set."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        self.vars: dict[str, str] = {}
+
+    def __call__(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert command in README, f"the README does not show this command:\n{command}"
+        return self.run(command, check)
+
+    def run(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        exports = "".join(f"{k}='{v}'\n" for k, v in self.vars.items())
+        proc = subprocess.run(
+            ["bash", "-c", "set -o pipefail\n" + exports + command],
+            env=self.environment.env(),
+            capture_output=True,
+            text=True,
+            timeout=360,
+            cwd=ROOT,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{command}\nfailed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def set(self, assignment: str) -> str:
+        """Run ``NAME=$(...)`` as the README shows it and keep NAME for later steps."""
+        name = assignment.split("=", 1)[0]
+        assert assignment in README, f"the README does not show:\n{assignment}"
+        value = self.run(f'{assignment}\nprintf %s "${name}"').stdout
+        assert value, f"{name} is empty"
+        self.vars[name] = value
+        return value
+
+    def lines(self, command: str) -> list[str]:
+        return [line for line in self(command).stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def walk(environment: Environment) -> Iterator[Shell]:
+    yield Shell(environment)
+
+
+def block(start: str) -> str:
+    """The README's multi-line command that starts with ``start`` (a heredoc, to EOF)."""
+    at = README.index(start)
+    end = README.index("\nEOF\n", at) + len("\nEOF")
+    return README[at:end]
+
+
+# -- Steps 2 and 3 -----------------------------------------------------------------------------
+
+
+def test_step_2_and_3_a_slice_per_instance_then_the_pod_confined_to_it(walk: Shell) -> None:
+    walk(SAMPLE)
+    header = walk.lines("kubectl get inferencereplica qwen3-tpu-engine -n qwen3-tpu")[0]
+    assert header.split() == [
+        "NAME",
+        "COMPONENT",
+        "DESIRED",
+        "CURRENT",
+        "READY",
+        "AVAILABLE",
+        "AGE",
+    ]
+    walk(WAIT)
+    rows = walk.lines(STEP3)
+    assert rows[0].split() == ["NAME", "TYPE", "TOPOLOGY", "STATE"]
+    assert len(rows) == 2 and re.fullmatch(
+        r"qwen3-tpu-engine-0-0-[0-9a-f]{8}\s+tpu7x\s+2x2x1\s+ACTIVE", rows[1].strip()
+    ), rows
+    selector = walk(
+        "kubectl get pod qwen3-tpu-engine-0-default-0 -n qwen3-tpu -o "
+        r"jsonpath='{.spec.nodeSelector.cloud\.google\.com/gke-tpu-slice}'"
+    ).stdout
+    assert selector == rows[1].split()[0]
+
+
+def test_multi_host_a_leader_and_a_worker_share_one_slice(walk: Shell) -> None:
+    walk("kubectl apply -f config/samples/qwen3-tpu-multihost-isvc.yaml")
+    walk(
+        "kubectl wait --for=condition=Ready inferenceservice/qwen3-tpu-multihost -n qwen3-tpu "
+        "--timeout=5m"
+    )
+    rows = walk.lines(
+        "kubectl get slices.accelerator.gke.io -l "
+        "cloud.google.com/slice-owner-name=qwen3-tpu-multihost-engine"
+    )
+    assert len(rows) == 2 and rows[1].split()[1:4] == ["tpu7x", "2x2x2", "ACTIVE"], rows
+    walk("kubectl delete inferenceservice qwen3-tpu-multihost -n qwen3-tpu")
+
+
+def test_metrics_at_the_printed_url(walk: Shell) -> None:
+    url = walk.environment.metrics_url
+    if url is None:
+        pytest.skip("no metrics URL for this cluster (set OME_E2E_METRICS_URL)")
+    shown = "curl -s http://127.0.0.1:40123/metrics | grep '^ome_tpu_slice'"
+    assert shown in README
+    out = walk.run(shown.replace("http://127.0.0.1:40123/metrics", url)).stdout
+    created = re.search(
+        r'^ome_tpu_slice_created_total\{slice_type="tpu7x",topology="2x2x1"\} (\S+)$', out, re.M
+    )
+    assert created and float(created.group(1)) >= 1.0, out
+    assert 'ome_tpu_slice_lost_total{slice_type="tpu7x",topology="2x2x2"} 0.0' in out
+
+
+# -- Troubleshooting -------------------------------------------------------------------------
+
+
+def test_component_reconcile_error_from_the_webhook_then_healed(walk: Shell) -> None:
+    walk(chips(2))
+    message = eventually(lambda: walk.lines(events("ComponentReconcileError")), timeout=30)[0]
+    assert message.endswith(
+        "pods cannot be placed on a provisioned slice: 1 pods x 2 chips do not fill topology "
+        "2x2x1: it is 4 chips on 1 hosts, which takes 2 pods"
+    ), message
+    walk(chips(4))
+    walk(WAIT)
+
+
+def test_slice_lost_when_deleted_from_outside_and_rebuilt(walk: Shell) -> None:
+    name = walk.set(SLICE)
+    uid = walk.run(
+        f"kubectl get pod qwen3-tpu-engine-0-default-0 -n {NS} -o jsonpath='{{.metadata.uid}}'"
+    ).stdout
+    walk("kubectl delete slices.accelerator.gke.io $SLICE --wait=false")
+    message = eventually(lambda: walk.lines(events("SliceLost")), timeout=60)[0]
+    assert message == (
+        f"TPU slice {name} was deleted while pods qwen3-tpu-engine-0-default-0 ran on it; "
+        "they are deleted so that their Instance is rebuilt"
+    )
+
+    def rebuilt() -> bool:
+        proc = walk.run(
+            f"kubectl get pod qwen3-tpu-engine-0-default-0 -n {NS} -o jsonpath='{{.metadata.uid}}'",
+            check=False,
+        )
+        return proc.returncode == 0 and proc.stdout not in ("", uid)
+
+    eventually(rebuilt, timeout=60)
+    walk(WAIT)
+    assert walk.lines(STEP3)[1].split()[1:] == ["tpu7x", "2x2x1", "ACTIVE"]
+
+
+def test_slice_ownership_conflict_with_a_foreign_slice_at_the_name(walk: Shell) -> None:
+    name = walk.set(SLICE)
+    foreign = f"qwen3-tpu-engine-1-0-{name.rsplit('-', 1)[1]}"
+    walk(block("kubectl create -f - <<EOF\napiVersion: accelerator.gke.io/v1beta1"))
+    walk(scale(2))
+    message = eventually(lambda: walk.lines(events("SliceOwnershipConflict")), timeout=60)[0]
+    assert message == (
+        "OMENative component=engine instance=1 withheld: slice is owned by another object: "
+        f"{foreign}"
+    )
+    shown = walk.lines(
+        "kubectl get slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-} --show-labels"
+    )
+    assert "team=other" in shown[1]
+    walk("kubectl delete slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-}")
+    walk(WAIT)
+
+    def two_ready() -> bool:
+        row = walk.lines("kubectl get inferencereplica qwen3-tpu-engine -n qwen3-tpu")[1].split()
+        return row[4] == "2"
+
+    eventually(two_ready, timeout=60)
+    labels = walk.run(f"kubectl get slices.accelerator.gke.io {foreign} --show-labels").stdout
+    assert "ome.io/managed-by=OMENative" in labels, "OME's own Slice is at the name now"
+
+
+def test_slice_release_deferred_while_another_workload_holds_chips(walk: Shell) -> None:
+    name = walk.set(SLICE)
+    second = f"qwen3-tpu-engine-1-0-{name.rsplit('-', 1)[1]}"
+    walk.set(
+        "HOST=$(kubectl get nodes -l cloud.google.com/gke-tpu-slice=qwen3-tpu-engine-1-0-"
+        "${SLICE##*-} -o jsonpath='{.items[0].metadata.name}')"
+    )
+    walk("kubectl create namespace tpu-batch")
+    walk(block("kubectl create -n tpu-batch -f - <<EOF"))
+    walk(scale(1))
+    message = eventually(lambda: walk.lines(events("SliceReleaseDeferred")), timeout=60)[0]
+    assert message == (
+        f"TPU slice {second} is kept: pods of other workloads hold chips on its hosts "
+        "(tpu-batch/indexer-0); it is released once they are gone"
+    )
+    assert second in walk(OWNED).stdout
+    walk("kubectl delete namespace tpu-batch")
+    eventually(lambda: second not in walk(OWNED).stdout, timeout=60)
+    assert name in walk(OWNED).stdout
+
+
+def test_clean_up_leaves_no_slice(walk: Shell) -> None:
+    walk("kubectl delete inferenceservice qwen3-tpu -n qwen3-tpu")
+    walk("kubectl delete namespace qwen3-tpu")
+    out = walk(OWNED)
+    assert "No resources found" in out.stdout + out.stderr
+
+
+# -- the two cases that need a Slice activating slowly ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow(slow_environment: Environment) -> Iterator[Shell]:
+    assert 'make run ARGS="--activation-delay 15s --slice-ready-timeout 45s"' in README
+    yield Shell(slow_environment)
+
+
+def activating_slice(shell: Shell) -> str:
+    """Apply the sample and return Instance 0's Slice once it has its partition."""
+    shell(SAMPLE)
+    name = eventually(
+        lambda: shell.run(SLICE, check=False).returncode == 0 and shell.set(SLICE), timeout=30
+    )
+    eventually(
+        lambda: (
+            shell.run(
+                f"kubectl get slices.accelerator.gke.io {name} -o "
+                "jsonpath='{.spec.partitionIds[0]}'"
+            ).stdout
+        ),
+        timeout=30,
+    )
+    return str(name)
+
+
+def test_slice_host_unavailable_for_a_host_cordoned_while_activating(slow: Shell) -> None:
+    name = activating_slice(slow)
+    at = README.index("HOST=$(kubectl get nodes --no-headers")
+    host = slow.set(README[at : README.index("\n", at)])
+    slow("kubectl cordon $HOST")
+    message = eventually(lambda: slow.lines(events("SliceHostUnavailable")), timeout=60)[0]
+    assert message == (
+        f"OMENative component=engine instance=0 withheld: slice {name} is ACTIVE, but node "
+        f"{host} is cordoned; it is released and provisioned again once no pod holds it"
+    )
+    slow(WAIT)
+    slow("kubectl delete inferenceservice qwen3-tpu -n qwen3-tpu")
+
+
+def test_slice_ready_timeout_for_a_slice_that_never_activates(slow: Shell) -> None:
+    name = activating_slice(slow)
+    slow("kubectl annotate slices.accelerator.gke.io $SLICE sim.ome.io/stick-activating=true")
+    message = eventually(lambda: slow.lines(events("SliceReadyTimeout")), timeout=60)[0]
+    assert re.fullmatch(
+        f"OMENative component=engine instance=0 withheld: slice {name} is ACTIVATING for "
+        r"\S+, longer than the 10s ready timeout; it is released and provisioned again once no "
+        "pod holds it",
+        message,
+    ), message
+    slow(WAIT)
