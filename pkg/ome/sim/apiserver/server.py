@@ -474,6 +474,11 @@ class EmbeddedAPIServer:
             )
             return _json(listing)
         assert t.name is not None
+        self.accounting.record_delete(
+            t.resource,
+            request.headers.get("User-Agent", ""),
+            bool((options.get("preconditions") or {}).get("uid")),
+        )
         result, deleted = await api.delete(t.rt, t.version, ns, t.name, options, opts)
         status = 200
         if not deleted and options.get("orphanDependents") is False:
@@ -677,7 +682,12 @@ class EmbeddedAPIServer:
         method = request.method
         if path == "/_sim/requests":
             if method == "GET":
-                return _json({"requests": self.accounting.snapshot()})
+                return _json(
+                    {
+                        "requests": self.accounting.snapshot(),
+                        "deletesWithoutUid": self.accounting.snapshot(unconditioned_deletes=True),
+                    }
+                )
             if method == "DELETE":
                 self.accounting.reset()
                 return _json({})
