@@ -97,20 +97,39 @@ def _run_provider(
     return provider
 
 
-def _up(args: argparse.Namespace) -> int:
+def _with_cluster(
+    args: argparse.Namespace,
+    command: str,
+    serve: Callable[[Rest, Path, threading.Event], int],
+) -> int:
+    """Start the embedded API server and the provider, run ``serve`` (which returns on
+    Ctrl-C), then stop both; every failure is one line and exit code 1."""
     interrupted = _interrupt_event()
     say("starting the embedded API server")
     thread = ServerThread(port=args.port)
     try:
         server = thread.start()
     except OSError as e:
-        return fail(f"up: {e}")
+        return fail(f"{command}: {e}")
     provider: Provider | None = None
     try:
         path = server.write_kubeconfig(args.kubeconfig).resolve()
         say(f"embedded API server listening on {server.url}")
         rest = _rest(str(path))
         provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
+        return serve(rest, path, interrupted)
+    except system.StartError as e:
+        return fail(f"{command}: {e}")
+    except (ApiException, HTTPError, OSError, TimeoutError) as e:
+        return fail(f"{command}: {e}")
+    finally:
+        if provider is not None:
+            provider.stop()
+        thread.stop()
+
+
+def _up(args: argparse.Namespace) -> int:
+    def serve(_rest: Rest, path: Path, interrupted: threading.Event) -> int:
         say("")
         say("the simulated GKE cluster is up; in another shell:")
         say(f"export KUBECONFIG={path}")
@@ -122,12 +141,8 @@ def _up(args: argparse.Namespace) -> int:
         _wait(interrupted)
         say("stopping")
         return 0
-    except (ApiException, HTTPError, OSError, TimeoutError) as e:
-        return fail(f"up: {e}")
-    finally:
-        if provider is not None:
-            provider.stop()
-        thread.stop()
+
+    return _with_cluster(args, "up", serve)
 
 
 def _provider(args: argparse.Namespace) -> int:
@@ -185,20 +200,8 @@ def _port(text: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The whole system: ``ome-sim up`` plus OME's manifests and the manager process."""
-    interrupted = _interrupt_event()
-    say("starting the embedded API server")
-    thread = ServerThread(port=args.port)
-    try:
-        server = thread.start()
-    except OSError as e:
-        return fail(f"run: {e}")
-    provider: Provider | None = None
-    manager: system.ManagerProcess | None = None
-    try:
-        path = server.write_kubeconfig(args.kubeconfig).resolve()
-        say(f"embedded API server listening on {server.url}")
-        rest = _rest(str(path))
-        provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
+
+    def serve(rest: Rest, path: Path, interrupted: threading.Event) -> int:
         configs = system.install(
             rest,
             args.config_dir,
@@ -208,36 +211,36 @@ def _run(args: argparse.Namespace) -> int:
         log_path = path.parent / "manager.log"
         say(f"  starting the manager (its log: {log_path})")
         manager = system.start_manager(path, log_path, [])
-        say("  waiting for the manager to bind its ports")
-        probes = manager.wait_for_port("probes", 60)
-        metrics = manager.wait_for_port("metrics", 60)
-        webhook = manager.wait_for_port("admission webhooks", 60)
-        system.point_webhooks_at(rest, configs, webhook)
-        system.wait_ready(manager, probes, 120, lambda m: say(f"  {m}"))
-        if interrupted.is_set():
+        try:
+            say("  waiting for the manager to bind its ports")
+            try:
+                probes = manager.wait_for_port("probes", 60)
+                metrics = manager.wait_for_port("metrics", 60)
+                webhook = manager.wait_for_port("admission webhooks", 60)
+                system.point_webhooks_at(rest, configs, webhook)
+                system.wait_ready(manager, probes, 120, lambda m: say(f"  {m}"), interrupted)
+            except system.StartError:
+                if not interrupted.is_set():
+                    raise
+            if interrupted.is_set():  # Ctrl-C while starting (it reached the manager too)
+                say("stopping")
+                return 0
+            say("")
+            say("OME is up on the embedded cluster; in another shell:")
+            say(f"export KUBECONFIG={path}")
+            say(f"manager metrics: http://127.0.0.1:{metrics}/metrics")
+            say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
+            say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
+            say("press Ctrl-C to stop")
+            while not interrupted.wait(0.5):
+                if manager.proc.poll() is not None:
+                    return fail(manager.died())
+            say("stopping")
             return 0
-        say("")
-        say("OME is up on the embedded cluster; in another shell:")
-        say(f"export KUBECONFIG={path}")
-        say(f"manager metrics: http://127.0.0.1:{metrics}/metrics")
-        say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
-        say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
-        say("press Ctrl-C to stop")
-        while not interrupted.wait(0.5):
-            if manager.proc.poll() is not None:
-                return fail(manager.died())
-        say("stopping")
-        return 0
-    except system.StartError as e:
-        return fail(f"run: {e}")
-    except (ApiException, HTTPError, OSError, TimeoutError) as e:
-        return fail(f"run: {e}")
-    finally:
-        if manager is not None:
+        finally:
             manager.stop()
-        if provider is not None:
-            provider.stop()
-        thread.stop()
+
+    return _with_cluster(args, "run", serve)
 
 
 def _knob_help() -> str:

@@ -206,12 +206,17 @@ def readyz(port: int) -> tuple[int, str]:
 
 
 def wait_ready(
-    manager: ManagerProcess, port: int, timeout: float, progress: Callable[[str], None]
+    manager: ManagerProcess,
+    port: int,
+    timeout: float,
+    progress: Callable[[str], None],
+    stop: threading.Event,
 ) -> None:
-    """Until /readyz answers 200, saying what it still waits for whenever that changes."""
+    """Until /readyz answers 200 (or ``stop`` is set), saying what it still waits for
+    whenever that changes."""
     deadline = time.monotonic() + timeout
     last = ""
-    while True:
+    while not stop.is_set():
         if manager.proc.poll() is not None:
             raise StartError(manager.died())
         status, body = readyz(port)
@@ -226,7 +231,7 @@ def wait_ready(
             last = waiting
         if time.monotonic() > deadline:
             raise StartError(f"the manager was not ready within {timeout:.0f}s: {waiting}")
-        time.sleep(0.2)
+        stop.wait(0.2)
 
 
 def install(
