@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test.helpers import eventually
+
 
 def _ome_sim() -> list[str]:
     script = Path(sys.executable).parent / "ome-sim"
@@ -214,3 +216,39 @@ def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
         assert not Path(f"/proc/{pid}").exists(), f"manager process {pid} outlived Ctrl-C"
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # the metrics port is free again
+
+
+def test_a_killed_run_takes_its_manager_with_it(tmp_path: Path) -> None:
+    """Even ``kill -9`` of ``ome-sim run`` leaves no manager process behind (Linux)."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [
+            *_ome_sim(),
+            "run",
+            "--kubeconfig",
+            str(tmp_path / "kubeconfig"),
+            "--config-dir",
+            str(root / "config"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("press Ctrl-C"):
+            break
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    pids = children.stdout.split()
+    assert pids, "the manager runs as its own process"
+    proc.kill()
+    proc.wait(10)
+    for pid in pids:
+        eventually(lambda pid=pid: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=30)
+
+
+def _zombie(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True

@@ -14,8 +14,10 @@ JSON log, so no port is guessed and none is left behind.
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -161,6 +163,26 @@ class ManagerProcess:
                 self.proc.wait()
 
 
+def _prctl() -> Any:
+    """libc's prctl, resolved here in the parent so that the forked child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when ``ome-sim`` dies, even by
+    SIGKILL, so that no manager outlives it. Only a C call: safe between fork and exec."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
 def start_manager(kubeconfig: Path, log_path: Path, extra: list[str]) -> ManagerProcess:
     command = [
         sys.executable,
@@ -184,6 +206,7 @@ def start_manager(kubeconfig: Path, log_path: Path, extra: list[str]) -> Manager
     log_path.write_text("")
     proc = subprocess.Popen(
         command,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509 - only a C call, between fork and exec
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
