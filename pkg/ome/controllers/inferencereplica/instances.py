@@ -459,17 +459,7 @@ def _plan_instance(
             row["readySince"] = None
         return
     if missing:
-        # Pods we just created (the cache does not show them yet) are not asked about again.
-        pending = [p for p in missing if p["metadata"]["name"] not in obs.expected_new]
-        hold = _first_hold(obs, index, pending) if pending else None
-        if hold is not None:
-            _park(row, op, hold, pending[0]["metadata"]["name"], now)
-            out.wake_in(5.0)
-            return
-        _unpark(row, op, now, timeout)
-        out.create.extend(_creatable(out, pending, by_index.get(index, [])))
-        op["step"] = "WaitReady"
-        _deadline(out, row, op, now)
+        _create_missing(obs, out, row, op, index, missing, by_index, timeout, "WaitReady")
         return
     _unpark(row, op, now, timeout)
     if all(pod_ready(p) for p in present):
@@ -538,17 +528,7 @@ def _plan_update(
         _deadline(out, row, op, now)
         return
     if missing:
-        # Pods we just created (the cache does not show them yet) are not asked about again.
-        pending = [p for p in missing if p["metadata"]["name"] not in obs.expected_new]
-        hold = _first_hold(obs, target_index, pending) if pending else None
-        if hold is not None:
-            _park(row, op, hold, pending[0]["metadata"]["name"], now)
-            out.wake_in(5.0)
-            return
-        _unpark(row, op, now, timeout)
-        out.create.extend(_creatable(out, pending, by_index.get(target_index, [])))
-        op["step"] = "SurgePods"
-        _deadline(out, row, op, now)
+        _create_missing(obs, out, row, op, target_index, missing, by_index, timeout, "SurgePods")
         return
     _unpark(row, op, now, timeout)
     if not all(pod_ready(p) for p in present):
@@ -575,6 +555,31 @@ def _had_pods(row: JSON) -> bool:
     if op is None or row.get("phase") in ("Ready", "Updating"):
         return True
     return bool(op.get("step") == "WaitReady")
+
+
+def _create_missing(
+    obs: Observed,
+    out: Plan,
+    row: JSON,
+    op: JSON,
+    index: int,
+    missing: list[JSON],
+    by_index: Mapping[int, list[JSON]],
+    timeout: timedelta | None,
+    step: str,
+) -> None:
+    """Create an operation's missing pods at ``index``, unless a hold parks it (E7/E8).
+    Pods we just created (the cache does not show them yet) are not asked about again."""
+    pending = [p for p in missing if p["metadata"]["name"] not in obs.expected_new]
+    hold = _first_hold(obs, index, pending) if pending else None
+    if hold is not None:
+        _park(row, op, hold, pending[0]["metadata"]["name"], obs.now)
+        out.wake_in(5.0)
+        return
+    _unpark(row, op, obs.now, timeout)
+    out.create.extend(_creatable(out, pending, by_index.get(index, [])))
+    op["step"] = step
+    _deadline(out, row, op, obs.now)
 
 
 def _lost_pod(
