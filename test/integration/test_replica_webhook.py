@@ -6,6 +6,7 @@ restarts and replicas."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import http.client
 import json
@@ -24,7 +25,7 @@ from ome.controllers.slices.admission import PATH
 from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, SECRETS, Rest
-from ome.runtime.webhook import AdmissionResponse
+from ome.runtime.webhook import AdmissionResponse, WebhookServer
 from ome.sim.apiserver.faults import Fault
 from ome.tpuslice.admission import UNCHECKED_LOG
 from test.admission_cases import CASES, IDLE_CHIPS_REASON, NAME, Case
@@ -232,46 +233,49 @@ def served_certificate(port: int, ca: str) -> x509.Certificate:
     return x509.load_der_x509_certificate(der)
 
 
-def second_manager(env: Env) -> tuple[Manager, threading.Event, threading.Thread]:
-    """Another replica's webhook server (its controllers are beside the point here)."""
-    options = ManagerOptions(
-        namespace="ome",
-        metrics_bind_address="0",
-        health_probe_bind_address="0",
-        webhook_bind_address="127.0.0.1:0",
-        webhook_cert_check_interval=0.2,
-    )
-    manager = Manager(Rest(env.cluster.api), options, registry=CollectorRegistry())
+@contextlib.contextmanager
+def webhook_manager(cluster: Cluster, **options: Any) -> Iterator[Manager]:
+    """Another manager replica with a webhook server (its controllers are beside the point
+    here), running until the block ends."""
+    settings: dict[str, Any] = {
+        "namespace": "ome",
+        "metrics_bind_address": "0",
+        "health_probe_bind_address": "0",
+        "webhook_bind_address": "127.0.0.1:0",
+        "webhook_cert_check_interval": 0.2,
+        **options,
+    }
+    manager = Manager(Rest(cluster.api), ManagerOptions(**settings), registry=CollectorRegistry())
     manager.add_webhook(PATH, lambda request: AdmissionResponse(True))
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()
-    eventually(lambda: manager.webhook is not None and manager.webhook.ready() is None, timeout=30)
-    return manager, stop, thread
+    try:
+        yield manager
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def serving(manager: Manager) -> WebhookServer:
+    return eventually(
+        lambda: manager.webhook if manager.webhook and manager.webhook.ready() is None else None,
+        timeout=30,
+    )
 
 
 def test_replicas_and_restarts_serve_the_same_ca_and_certificate(env: Env) -> None:
     assert env.manager.webhook is not None
     ca = ca_of(env)
     first = served_certificate(env.manager.webhook.port, ca)
-    other, stop, thread = second_manager(env)
-    try:
-        assert other.webhook is not None
-        assert served_certificate(other.webhook.port, ca) == first, "two replicas, one cert"
-    finally:
-        stop.set()
-        thread.join(30)
-    restarted, stop, thread = second_manager(env)  # a restart: a new process, the same Secret
-    try:
-        assert restarted.webhook is not None
+    with webhook_manager(env.cluster) as other:
+        assert served_certificate(serving(other).port, ca) == first, "two replicas, one cert"
+    with webhook_manager(env.cluster) as restarted:  # a restart: a new process, same Secret
+        assert served_certificate(serving(restarted).port, ca) == first
         assert ca_of(env) == ca
-        assert served_certificate(restarted.webhook.port, ca) == first
         # And the API server, trusting the caBundle, still reaches the webhook.
         result = apply(env, next(c for c in CASES if c.id == "create-idle-chips").new)
         assert result.returncode != 0 and IDLE_CHIPS_REASON in result.stderr
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 def test_readiness_waits_for_the_certificate(cluster: Cluster) -> None:
@@ -281,31 +285,15 @@ def test_readiness_waits_for_the_certificate(cluster: Cluster) -> None:
     faults = cluster.server.faults
     for verb in ("get", "create"):
         faults.add(Fault(verb=verb, resource="secrets", code=500, times=None))
-    manager = Manager(
-        Rest(cluster.api),
-        ManagerOptions(
-            namespace="ome",
-            metrics_bind_address="0",
-            health_probe_bind_address="127.0.0.1:0",
-            webhook_bind_address="127.0.0.1:0",
-            webhook_cert_check_interval=0.2,
-        ),
-        registry=CollectorRegistry(),
-    )
-    manager.add_webhook(PATH, lambda request: AdmissionResponse(True))
-    stop = threading.Event()
-    thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
-    thread.start()
     try:
-        probes = eventually(lambda: manager.probes, timeout=10)
-        status, text = probe(probes.port)
-        assert status == 500 and "webhook" in text
-        faults.clear()
-        eventually(lambda: probe(probes.port)[0] == 200, timeout=30)
+        with webhook_manager(cluster, health_probe_bind_address="127.0.0.1:0") as manager:
+            probes = eventually(lambda: manager.probes, timeout=10)
+            status, text = probe(probes.port)
+            assert status == 500 and "webhook" in text
+            faults.clear()
+            eventually(lambda: probe(probes.port)[0] == 200, timeout=30)
     finally:
         faults.clear()
-        stop.set()
-        thread.join(30)
 
 
 def probe(port: int) -> tuple[int, str]:
@@ -327,33 +315,10 @@ def test_a_mounted_certificate_is_served_and_nothing_is_served_once_stopped(
     pair = issue_serving_cert(ca, ["ome-webhook-service.ome.svc"])
     (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
     (tmp_path / "tls.key").write_bytes(pair.key_pem)
-    manager = Manager(
-        Rest(cluster.api),
-        ManagerOptions(
-            namespace="ome",
-            metrics_bind_address="0",
-            health_probe_bind_address="0",
-            webhook_bind_address="127.0.0.1:0",
-            webhook_cert_dir=str(tmp_path),
-        ),
-        registry=CollectorRegistry(),
-    )
-    manager.add_webhook(PATH, lambda request: AdmissionResponse(True))
-    stop = threading.Event()
-    thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        webhook = eventually(
-            lambda: (
-                manager.webhook if manager.webhook and manager.webhook.ready() is None else None
-            ),
-            timeout=10,
-        )
+    with webhook_manager(cluster, webhook_cert_dir=str(tmp_path)) as manager:
+        webhook = serving(manager)
         served = served_certificate(webhook.port, ca.cert_pem.decode())
         assert served == x509.load_pem_x509_certificate(pair.cert_pem)
         assert cluster.server.accounting.total("create", "secrets") == 0
-    finally:
-        stop.set()
-        thread.join(30)
     with pytest.raises(OSError):
         served_certificate(webhook.port, ca.cert_pem.decode())
