@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from ome.runtime.controller import Controller, ControllerMetrics
 from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
-from ome.runtime.rest import CONFIGMAPS, LEASES, Rest
+from ome.runtime.rest import CONFIGMAPS, LEASES, SECRETS, Rest
 from ome.runtime.workqueue import RateLimitingQueue
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually
@@ -338,3 +338,35 @@ def test_bad_flags_are_reported_clearly(kubeconfig: Path) -> None:
     )
     assert out.returncode == 1 and "no cluster to talk to" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_the_webhook_flag_turns_the_admission_webhook_on_and_off(
+    cluster: Cluster, kubeconfig: Path
+) -> None:
+    """``--webhook-bind-address 0`` (as start_process passes): no webhook, no certificate
+    Secret. An address: the webhook is served, with a self-managed certificate."""
+    rest = Rest(cluster.api)
+    off = start_process(kubeconfig, "--leader-elect", "--leader-elect-retry-period", "0.5")
+    me = identity_of(off)
+    eventually(lambda: holder(rest) == me, timeout=15)
+    off.send_signal(signal.SIGTERM)
+    _, log = off.communicate(timeout=30)
+    assert "serving admission webhooks" not in log
+    assert cluster.server.accounting.total("create", "secrets") == 0
+    on = start_process(kubeconfig, "--webhook-bind-address", "127.0.0.1:0")
+    try:
+        assert on.stderr is not None
+        for line in on.stderr:
+            if json.loads(line)["msg"].startswith("serving admission webhooks on port "):
+                break
+        secret = eventually(
+            lambda: rest.list(
+                SECRETS, "default", field_selector="metadata.name=ome-webhook-server-cert"
+            )["items"],
+            timeout=30,
+        )[0]
+        assert {"ca.crt", "tls.crt", "tls.key"} <= set(secret["data"])
+    finally:
+        on.send_signal(signal.SIGTERM)
+        on.communicate(timeout=30)
+    assert on.returncode == 0
