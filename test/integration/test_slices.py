@@ -540,9 +540,10 @@ def slow(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
     yield from make_env(cluster, kubectl, ["tpu7x:provision-only:2"], activation_delay=2.0)
 
 
-def test_a_ready_slice_on_a_broken_host_is_recycled(slow: Env) -> None:
-    env = slow
-    env.apply(opted())
+def activating_host(env: Env) -> tuple[JSON, JSON]:
+    """The guide service's Slice once it has its partition, while it activates, and its
+    host: the simulator names a host's partition in its ``sim.ome.io/partition-id``
+    annotation (the slice label comes once the Slice is ACTIVE)."""
     first = eventually(
         lambda: (s := env.slices()) and s[0]["spec"].get("partitionIds") and s[0], timeout=30
     )
@@ -552,6 +553,13 @@ def test_a_ready_slice_on_a_broken_host_is_recycled(slow: Env) -> None:
         for n in env.rest.list(NODES)["items"]
         if (n["metadata"].get("annotations") or {}).get("sim.ome.io/partition-id") == partition
     )
+    return first, host
+
+
+def test_a_ready_slice_on_a_broken_host_is_recycled(slow: Env) -> None:
+    env = slow
+    env.apply(opted())
+    first, host = activating_host(env)
     env.kubectl("cordon", host["metadata"]["name"])  # before the Slice turns ready
     message = eventually(lambda: env.events("SliceHostUnavailable"), timeout=60)[0]
     assert message == (
@@ -723,15 +731,7 @@ def test_a_ready_slice_on_a_not_ready_or_unreachable_host_is_recycled(
 ) -> None:
     env = slow
     env.apply(opted())
-    first = eventually(
-        lambda: (s := env.slices()) and s[0]["spec"].get("partitionIds") and s[0], timeout=30
-    )
-    partition = first["spec"]["partitionIds"][0]
-    host = next(
-        n
-        for n in env.rest.list(NODES)["items"]
-        if (n["metadata"].get("annotations") or {}).get("sim.ome.io/partition-id") == partition
-    )
+    _, host = activating_host(env)
     env.kubectl("annotate", "node", host["metadata"]["name"], f"{knob}=true")
     message = eventually(lambda: env.events("SliceHostUnavailable"), timeout=60)[0]
     assert f"but node {host['metadata']['name']} {why}; it is released" in message
