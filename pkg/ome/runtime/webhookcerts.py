@@ -115,7 +115,32 @@ def _describe(error: BaseException) -> str:
 # --- a mounted Secret -----------------------------------------------------------------------
 
 
-class DirectoryCerts:
+class _Background:
+    """The thread a certificate source keeps its pair fresh in: started once, stopped by
+    setting ``_stop`` (which ``_run`` waits on between checks)."""
+
+    _thread_name = "webhook-certs"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _start_thread(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("already started")
+        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+
+class DirectoryCerts(_Background):
     """``tls.crt`` and ``tls.key`` in ``directory`` (a mounted Secret, as cert-manager makes).
 
     Both files are read at ``start`` and re-read every ``check_interval`` seconds; a pair
@@ -131,8 +156,7 @@ class DirectoryCerts:
         self._current: KeyPair | None = None
         self._problem: str | None = "not started"
         self._seen: tuple[bytes | str, bytes | str] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def current(self) -> KeyPair | None:
         with self._lock:
@@ -142,17 +166,13 @@ class DirectoryCerts:
         with self._lock:
             return None if self._current is not None else self._problem
 
+    _thread_name = "webhook-certs-dir"
+
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("already started")
         self._check()
-        self._thread = threading.Thread(target=self._run, name="webhook-certs-dir", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._start_thread()
 
     def _run(self) -> None:
         while not self._stop.wait(self.check_interval):
@@ -233,7 +253,7 @@ class _Held:
     ca_bundle: bytes
 
 
-class SecretCerts:
+class SecretCerts(_Background):
     """A CA and a serving certificate kept in the Secret ``namespace/secret_name`` (type
     Opaque, keys ``ca.crt``, ``ca.key``, ``tls.crt``, ``tls.key``), shared by every replica.
 
@@ -298,8 +318,7 @@ class SecretCerts:
         self._current: KeyPair | None = None
         self._error: str | None = None
         self._config_missing_logged = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     @property
     def _where(self) -> str:
@@ -316,15 +335,7 @@ class SecretCerts:
             return self._error or f"the {self._where} has not been read yet"
 
     def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        self._thread = threading.Thread(target=self._run, name="webhook-certs", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._start_thread()
 
     def _run(self) -> None:
         while not self._stop.is_set():
