@@ -16,6 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from ome.tpuslice import checkconfig
+from ome.tpuslice import config as config_module
 from ome.tpuslice.config import (
     ConfigError,
     decode,
@@ -25,6 +26,7 @@ from ome.tpuslice.config import (
     validate,
 )
 from ome.tpuslice.kubenames import label_value_problems, qualified_name_problems
+from ome.tpuslice.shape import Topology, hosts
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Accelerator
 
 # Kubernetes' own problem texts (apimachinery util/validation), spelled out independently.
@@ -565,6 +567,77 @@ def test_all_errors_come_back_together_in_a4_order() -> None:
         'slice.readyTimeout: "soon" must be a positive duration',
         "slice label ome.io/managed-by is set by the controller",
     ]
+
+
+OVERFLOWS = "chip count overflows a 64-bit integer"
+
+
+@pytest.mark.parametrize(
+    ("chips_per_host", "topologies", "errors"),
+    [
+        pytest.param(
+            4,
+            ["2x2x1", "9999999999x9999999999x9999999999"],
+            [f'{ACC}.topologies[1]: topology "9999999999x9999999999x9999999999": {OVERFLOWS}'],
+            id="the Go upstream's example",
+        ),
+        pytest.param(
+            4,
+            ["4294967296x2147483648"],
+            [f'{ACC}.topologies[0]: topology "4294967296x2147483648": {OVERFLOWS}'],
+            id="2**63 chips, a whole number of hosts",
+        ),
+        pytest.param(
+            3,
+            ["2x2x1", "9223372036854775808x1"],
+            [
+                f"{ACC}.topologies[0]: topology 2x2x1 is 4 chips, not a whole number of 3-chip hosts",
+                f'{ACC}.topologies[1]: topology "9223372036854775808x1": {OVERFLOWS}',
+            ],
+            id="a parse error skips the host check",
+        ),
+        pytest.param(
+            4,
+            ["2x2x1", "1x" + "9" * 5000, "1x" + "9" * 5000],
+            [
+                f'{ACC}.topologies[1]: topology "1x{"9" * 5000}": {OVERFLOWS}',
+                f'{ACC}.topologies[2]: topology "1x{"9" * 5000}": {OVERFLOWS}',
+            ],
+            id="a parse error skips listed twice, beyond int()'s digit limit",
+        ),
+        pytest.param(
+            4,
+            ["2x2x1", "9223372036854775807x1"],
+            [
+                f"{ACC}.topologies[1]: topology 9223372036854775807x1 is 9223372036854775807 "
+                "chips, not a whole number of 4-chip hosts"
+            ],
+            id="int64 max chips is checked for hosts",
+        ),
+        pytest.param(4, ["2x2x1", "2305843009213693951x4"], [], id="2**63-4 chips is accepted"),
+    ],
+)
+def test_a_listed_topology_whose_chip_count_overflows_int64_is_a_parse_error(
+    monkeypatch: pytest.MonkeyPatch, chips_per_host: int, topologies: list[str], errors: list[str]
+) -> None:
+    checked: list[int] = []
+
+    def counting_hosts(topology: Topology, cph: int) -> int:
+        checked.append(topology.chips)
+        return hosts(topology, cph)
+
+    monkeypatch.setattr(config_module, "hosts", counting_hosts)
+    raw = mutated({f"{ACC}.chipsPerHost": chips_per_host, f"{ACC}.topologies": topologies})
+    assert validate(raw) == errors
+    assert all(chips <= 2**63 - 1 for chips in checked)
+    if errors:
+        with pytest.raises(ConfigError) as e:
+            parse(json.dumps(raw))
+        assert list(e.value.errors) == errors
+    else:
+        config = parse(json.dumps(raw))
+        assert config is not None
+        assert config.accelerators["tpu7x"].topologies == tuple(topologies)
 
 
 def test_empty_object_lists_every_required_field() -> None:

@@ -378,6 +378,48 @@ def test_pods_that_cannot_have_a_slice_say_why(specs: list[JSON], message: str) 
     assert str(e.value) == f"{E}: {message}"
 
 
+OVERFLOWING_TOPOLOGIES = [
+    "9999999999x9999999999x9999999999",
+    "4294967296x2147483648",
+    "9223372036854775808x1",
+    "2x" + "9" * 5000,
+]
+
+
+def short_id(topology: str) -> str:
+    return topology if len(topology) <= 40 else f"{topology[:8]}...({len(topology)} chars)"
+
+
+@pytest.mark.parametrize("topology", OVERFLOWING_TOPOLOGIES, ids=short_id)
+def test_a_node_selector_whose_topology_chip_count_overflows_int64_says_why(
+    topology: str,
+) -> None:
+    with pytest.raises(ShapeError) as e:
+        pod_shape(pod(topology=topology), CONFIG)
+    assert str(e.value) == (
+        f'nodeSelector cloud.google.com/gke-tpu-topology: topology "{topology}": chip count '
+        "overflows a 64-bit integer"
+    )
+
+
+@pytest.mark.parametrize(
+    "provision_only",
+    [PROVISION_ONLY, None, set[str]()],
+    ids=["provision-only pool", "failed node read", "static pool"],
+)
+@pytest.mark.parametrize("topology", OVERFLOWING_TOPOLOGIES, ids=short_id)
+def test_a_pod_whose_topology_chip_count_overflows_int64_cannot_have_a_slice(
+    topology: str, provision_only: set[str] | None
+) -> None:
+    with pytest.raises(DemandError) as e:
+        demand([pod(topology=topology), pod(topology="2x2x2")], CONFIG, provision_only)
+    assert str(e.value) == (
+        "pods cannot be placed on a provisioned slice: pod 0: nodeSelector "
+        f'cloud.google.com/gke-tpu-topology: topology "{topology}": chip count overflows a '
+        "64-bit integer"
+    )
+
+
 def test_the_prefix_is_the_guides() -> None:
     assert E == "pods cannot be placed on a provisioned slice"
     assert isinstance(DemandError("x"), ValueError)
@@ -391,7 +433,9 @@ quantities = st.one_of(
     st.booleans(),
     st.lists(st.integers(), max_size=1),
 )
-selector_values = st.sampled_from(["2x2x1", "2x2x2", "2x4x4", "1x3", "2x02", "", "tpu7x", "tpu7y"])
+selector_values = st.sampled_from(
+    ["2x2x1", "2x2x2", "2x4x4", "1x3", "2x02", "", "tpu7x", "tpu7y", *OVERFLOWING_TOPOLOGIES]
+)
 json_junk = st.one_of(
     st.none(), st.integers(), st.sampled_from(["", "x", "\u00e9"]), st.lists(st.none(), max_size=1)
 )

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes.utils import quantity as _quantity
 
-from ome.tpuslice.shape import ShapeError, Topology, hosts, parse_topology
+from ome.tpuslice.shape import MAX_CHIPS, ShapeError, Topology, hosts, parse_topology
 from ome.tpuslice.types import Accelerator, Config
 
 JSON = dict[str, Any]
@@ -30,8 +30,6 @@ OPT_IN_ANNOTATION = "ome.io/tpu-slice-provisioning"
 #: The library's parser is untyped; this is the one place its type is stated.
 _parse_quantity: Callable[[str | int | float], object] = _quantity.parse_quantity
 
-#: The largest chip count a quantity may name: Kubernetes keeps integer quantities in int64.
-_MAX_CHIPS = 2**63 - 1
 
 
 class DemandError(ValueError):
@@ -77,7 +75,7 @@ def _chips(value: object, where: str) -> int:
     or is negative: the API server rejects both, so we name it rather than guess a count."""
     try:
         quantity = parse_quantity(value)
-        if quantity.is_finite() and 0 <= quantity <= _MAX_CHIPS:
+        if quantity.is_finite() and 0 <= quantity <= MAX_CHIPS:
             return math.ceil(quantity)
     except ValueError:
         pass

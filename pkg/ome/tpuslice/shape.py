@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 _DIMENSION = re.compile(r"[1-9][0-9]*")
 
+#: The largest chip count a topology may have: Go's upstream counts chips in an int64.
+MAX_CHIPS = 2**63 - 1
+#: A dimension of more digits exceeds ``MAX_CHIPS`` on its own (dimensions have no leading
+#: zeros), so it is refused before ``int()``, which also caps the digits it converts.
+_MAX_DIGITS = len(str(MAX_CHIPS))
+
 
 class ShapeError(ValueError):
     """A topology or host count that cannot be provisioned; ``str()`` is the user message."""
@@ -32,7 +38,9 @@ class Topology:
 
 def parse_topology(text: str) -> Topology:
     """B1: two or three dimensions split on lowercase ``x``, each a positive integer without
-    leading zeros."""
+    leading zeros, whose product (the chip count) fits a signed 64-bit integer as in Go's
+    upstream: ``topology "<s>": chip count overflows a 64-bit integer``, checked after the
+    per-dimension checks. A single dimension above ``MAX_CHIPS`` is the same error."""
     parts = text.split("x")
     if len(parts) not in (2, 3):
         raise ShapeError(f"topology \"{text}\": want 2 or 3 dimensions separated by 'x'")
@@ -42,6 +50,10 @@ def parse_topology(text: str) -> Topology:
                 f'topology "{text}": dimension "{part}" is not a positive integer without '
                 "leading zeros"
             )
+    if any(len(part) > _MAX_DIGITS for part in parts) or (
+        math.prod(int(part) for part in parts) > MAX_CHIPS
+    ):
+        raise ShapeError(f'topology "{text}": chip count overflows a 64-bit integer')
     return Topology(tuple(int(p) for p in parts))
 
 
