@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.request
 
 import pytest
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from ome.sim.apiserver.faults import Fault
@@ -143,3 +145,143 @@ def test_bad_fault_rules_are_400(cluster: Cluster) -> None:
     assert status == 400 and "code must be one of" in body["message"]
     status, body, _ = cluster.request("POST", "/_sim/faults", {"colour": "red"})
     assert status == 400 and "unknown fault fields: colour" in body["message"]
+
+
+def _raw_exchange(cluster: Cluster, method: str, path: str, body: bytes = b"") -> bytes:
+    """Send one HTTP/1.1 request on a fresh socket and return every byte that comes back
+    before the server closes it; ``Connection: keep-alive`` so only a drop closes it early."""
+    host, port = cluster.server.host, cluster.server.port
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(
+            f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: keep-alive\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+            if b"\r\n\r\n" in received:
+                return received  # an answer came: no need to wait for the keep-alive to end
+        return received
+
+
+def test_a_dropped_request_gets_no_answer_and_no_effect(cluster: Cluster) -> None:
+    cluster.server.accounting.reset()
+    cluster.server.faults.add(Fault(verb="create", resource="configmaps", drop=True))
+    received = _raw_exchange(
+        cluster,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json.dumps(configmap("a")).encode(),
+    )
+    assert received == b"", "the connection closed without a status line or headers"
+    status, _, _ = cluster.request("GET", "/api/v1/namespaces/default/configmaps/a")
+    assert status == 404, "a dropped create was never handled"
+    assert cluster.server.accounting.total("create", "configmaps") == 1, "and still counted"
+    assert cluster.server.faults.rules() == [], "a drop with times=1 is used up"
+
+
+def test_the_kubernetes_client_sees_a_drop_as_a_transport_error_not_a_status(
+    cluster: Cluster,
+) -> None:
+    cluster.server.faults.add(Fault(verb="create", resource="configmaps", drop=True))
+    with pytest.raises(urllib3.exceptions.HTTPError) as e:
+        cluster.core().create_namespaced_config_map("default", configmap("a"))
+    assert not isinstance(e.value, ApiException)
+    assert isinstance(e.value, urllib3.exceptions.ProtocolError), repr(e.value)
+    with pytest.raises(ApiException) as missing:
+        cluster.core().read_namespaced_config_map("a", "default")
+    assert missing.value.status == 404
+
+
+def test_a_drop_fires_only_on_matching_requests_and_only_times_times(cluster: Cluster) -> None:
+    core = cluster.core()
+    cluster.server.faults.add(
+        Fault(
+            verb="create",
+            resource="configmaps",
+            namespace="default",
+            user_agent="OpenAPI-Generator",
+            drop=True,
+            times=1,
+        )
+    )
+    core.create_namespaced_config_map("kube-system", configmap("a", "kube-system"))  # unmatched
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        core.create_namespaced_config_map("default", configmap("a"))
+    assert core.create_namespaced_config_map("default", configmap("a")).metadata.name == "a"
+    assert cluster.server.accounting.total("create", "configmaps") == 3
+
+
+def test_a_dropped_get_is_retried_by_the_client_and_each_try_is_counted(
+    cluster: Cluster,
+) -> None:
+    # urllib3 (like client-go) resends an idempotent request whose connection was dropped, so
+    # a times=1 drop on a GET goes unseen by the caller; only the count shows it happened.
+    core = cluster.core()
+    core.create_namespaced_config_map("default", configmap("a"))
+    cluster.server.accounting.reset()
+    cluster.server.faults.add(Fault(verb="get", resource="configmaps", drop=True, times=1))
+    assert core.read_namespaced_config_map("a", "default").metadata.name == "a"
+    assert cluster.server.accounting.total("get", "configmaps") == 2
+
+
+def test_a_held_drop_sets_answered_once_the_connection_is_dropped(cluster: Cluster) -> None:
+    held, answered = threading.Event(), threading.Event()
+    cluster.server.faults.add(
+        Fault(verb="create", resource="configmaps", drop=True, hold=held, answered=answered)
+    )
+    outcome: list[BaseException] = []
+
+    def create() -> None:
+        try:
+            cluster.core().create_namespaced_config_map("default", configmap("a"))
+        except Exception as e:  # the outcome is asserted on the test thread
+            outcome.append(e)
+
+    t = threading.Thread(target=create)
+    t.start()
+    deadline = time.monotonic() + 10
+    while cluster.server.accounting.total("create", "configmaps") == 0:
+        assert time.monotonic() < deadline, "the create reached the server"
+        time.sleep(0.01)
+    assert not answered.is_set(), "a held request is still in flight"
+    held.set()
+    assert answered.wait(10)
+    t.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], urllib3.exceptions.ProtocolError)
+    status, _, _ = cluster.request("GET", "/api/v1/namespaces/default/configmaps/a")
+    assert status == 404
+
+
+def test_drop_rules_are_installed_over_http_and_take_no_code(cluster: Cluster) -> None:
+    status, body, _ = cluster.request(
+        "POST", "/_sim/faults", {"verb": "create", "resource": "configmaps", "drop": True}
+    )
+    assert status == 201 and [f["drop"] for f in body["faults"]] == [True]
+    received = _raw_exchange(
+        cluster,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        json.dumps(configmap("a")).encode(),
+    )
+    assert received == b""
+    status, body, _ = cluster.request("POST", "/_sim/faults", {"drop": True, "code": 500})
+    assert status == 400 and "drop" in body["message"] and "code" in body["message"]
+    status, body, _ = cluster.request("POST", "/_sim/faults", {"drop": "yes"})
+    assert status == 400 and "drop must be true or false" in body["message"]
+    assert cluster.request("GET", "/_sim/faults")[1]["faults"] == []
+
+
+def test_kubectl_reports_a_dropped_create_as_a_connection_error(
+    cluster: Cluster, kubectl: Kubectl
+) -> None:
+    cluster.server.faults.add(
+        Fault(verb="create", resource="configmaps", user_agent="kubectl", drop=True)
+    )
+    result = kubectl("create", "configmap", "a", "--from-literal=k=v", check=False)
+    assert result.returncode != 0
+    assert any(s in result.stderr for s in ("EOF", "connection reset")), result.stderr
+    assert "Error from server" not in result.stderr, "no HTTP status came back"
+    missing = kubectl("get", "configmap", "a", check=False)
+    assert missing.returncode != 0 and "NotFound" in missing.stderr, "nothing was created"

@@ -95,10 +95,18 @@ class Fault:
     ``code`` is one of 410, 429 (with ``Retry-After: retry_after``), 500, 503, 504, or 0 for
     latency only. A watch hit by a 410 fault gets the ERROR event a compacted watch gets.
 
+    ``drop`` reads the request and closes its connection without a byte of answer (no status
+    line, no headers), as a reset connection or a server that vanished mid-request looks: the
+    client sees a transport error, never an HTTP status. The request is dropped before it is
+    handled, so it has no effect on the store (it is still counted). It excludes ``code``
+    (``from_json`` rejects both; in-process, ``drop`` wins); ``latency`` and ``hold`` delay the
+    drop. Clients resend a dropped GET (urllib3, client-go), never a dropped POST.
+
     ``hold`` and ``answered`` are for in-process tests only (not JSON). ``hold`` pauses a
     matching request until the event is set, and the server sets ``answered`` once it has
-    handled that request (its effect, if any, is in the store). A race is staged by acting
-    while a request is known to be in flight, and its outcome read once it is done: no sleep.
+    handled that request (its effect, if any, is in the store) or dropped it. A race is staged
+    by acting while a request is known to be in flight, and its outcome read once it is done:
+    no sleep.
     """
 
     verb: str = ""
@@ -109,6 +117,7 @@ class Fault:
     code: int = 0
     retry_after: int = 1
     latency: float = 0.0
+    drop: bool = False
     times: int | None = 1
     hold: threading.Event | None = field(default=None, compare=False)
     answered: threading.Event | None = field(default=None, compare=False)
@@ -134,6 +143,13 @@ class Fault:
         fault = Fault(**body)
         if fault.code and fault.code not in FAULT_CODES:
             raise ValueError(f"code must be one of {FAULT_CODES} or 0, not {fault.code}")
+        if not isinstance(fault.drop, bool):
+            raise ValueError(f"drop must be true or false, not {fault.drop!r}")
+        if fault.drop and fault.code:
+            raise ValueError(
+                "drop closes the connection without an answer, so it takes no code "
+                f"(got code {fault.code}): send code 0 or leave it out"
+            )
         if fault.latency < 0 or (fault.times is not None and fault.times < 1):
             raise ValueError("latency must be >= 0 and times >= 1 (or null for always)")
         return fault

@@ -243,6 +243,8 @@ class EmbeddedAPIServer:
                     await asyncio.sleep(fault.latency)
                 while fault.hold is not None and not fault.hold.is_set():
                     await asyncio.sleep(0.01)  # a threading.Event; polled so shutdown cancels it
+                if fault.drop:
+                    raise await self._drop(request, fault)
                 if fault.code and not (fault.code == 410 and target.verb == "watch"):
                     raise self._fault_error(fault)
             try:
@@ -257,6 +259,20 @@ class EmbeddedAPIServer:
         except Exception as e:  # never a dropped connection: answer 500 like kube does
             log.exception("embedded API server failed on %s %s", request.method, request.path)
             return _error_response(errors.internal(f"{type(e).__name__}: {e}"))
+
+    async def _drop(self, request: web.Request, fault: Fault) -> asyncio.CancelledError:
+        """Read the request, close its connection, and return what to raise so that aiohttp
+        writes nothing. Closing the transport first means no byte can go out whatever follows;
+        CancelledError is how a handler ends a request unanswered (aio-libs/aiohttp#3495):
+        aiohttp takes it for a vanished client, so it neither logs nor tries a 500 (which any
+        other exception would get) and ends the connection. The request never reaches
+        ``_serve``, so it has no effect."""
+        await request.read()
+        if request.transport is not None:
+            request.transport.close()  # nothing is buffered to write: the client gets a bare EOF
+        if fault.answered is not None:
+            fault.answered.set()
+        return asyncio.CancelledError("connection dropped by an injected fault")
 
     def _fault_error(self, fault: Fault) -> APIError:
         if fault.code == 429:
