@@ -3,12 +3,14 @@ a crashing reconcile never kills its worker; metrics and one span per reconcile.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
@@ -157,3 +159,44 @@ def test_one_span_per_reconcile_with_api_calls_as_children(
         if s.parent is not None and s.parent.span_id == reconciles[0].context.span_id
     ]
     assert [s.name for s in children] == ["k8s get configmaps"]
+
+
+def test_every_reconcile_total_series_starts_at_zero(harness: Harness) -> None:
+    """As controller-runtime does: each result of a new controller is a series at 0."""
+    harness.controller(lambda key: None)
+    for result in ("success", "error", "requeue", "requeue_after"):
+        assert harness.count(result) == 0.0, result
+    errors = harness.registry.get_sample_value(
+        "controller_runtime_reconcile_errors_total", {"controller": "test"}
+    )
+    assert errors == 0.0
+
+
+def test_an_api_error_is_one_log_line_and_a_bug_has_its_traceback(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A traceback in a log means a bug; a routine API error gets one line naming it."""
+    failing = {"default/api": ApiException(status=503, reason="Service Unavailable")}
+    failing["default/bug"] = KeyError("no such thing")  # type: ignore[assignment]
+
+    def reconcile(key: str) -> Result | None:
+        error = failing.pop(key, None)
+        if error is not None:
+            raise error
+        return None
+
+    c = harness.controller(reconcile)
+    harness.informer.start()
+    c.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="ome.runtime.controller"):
+            for name in ("api", "bug"):
+                harness.client.create(CONFIGMAPS, configmap(name), "default")
+            eventually(lambda: harness.count("error") == 2, timeout=10)
+    finally:
+        c.stop()
+    by_key = {r.getMessage().split(" failed")[0]: r for r in caplog.records}
+    api = by_key["test: reconcile default/api"]
+    assert api.exc_info is None
+    assert api.getMessage() == "test: reconcile default/api failed: 503 Service Unavailable"
+    assert by_key["test: reconcile default/bug"].exc_info is not None

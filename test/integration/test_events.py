@@ -13,9 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from ome.kube import JSON
 from ome.runtime.client import Client, RetryPolicy
 from ome.runtime.events import EventRecorder
-from ome.runtime.rest import CONFIGMAPS, EVENTS, JSON, NAMESPACES, Rest
+from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, Rest
 from ome.sim.apiserver.faults import Fault
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually, gone

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+import ome
 from ome.runtime.controller import Controller, ControllerMetrics
 from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
 from ome.runtime.rest import CONFIGMAPS, LEASES, SECRETS, Rest
@@ -315,6 +316,28 @@ def test_sigterm_stops_cleanly_and_releases_the_lease(cluster: Cluster, kubeconf
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     assert holder(rest) in (None, "")
+
+
+def test_every_request_of_the_manager_names_it_and_its_version(
+    cluster: Cluster, kubeconfig: Path
+) -> None:
+    """As client-go binaries do: ``ome-manager/<version>`` on every request, so the API
+    server's records (here, the embedded one's accounting) tell the manager's writes apart."""
+    rest = Rest(cluster.api)
+    cluster.server.accounting.reset()
+    proc = start_process(kubeconfig, "--leader-elect", "--leader-elect-retry-period", "0.5")
+    try:
+        me = identity_of(proc)
+        eventually(lambda: holder(rest) == me, timeout=15)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    agent = f"ome-manager/{ome.__version__}"
+    acc = cluster.server.accounting
+    assert acc.total("create", "leases", agent) == 1
+    assert acc.total("list", "inferencereplicas", agent) >= 1  # the informers' lists
+    agents = {r["userAgent"] for r in acc.snapshot() if r["resource"] == "leases"}
+    assert agents <= {agent, rest.api_client.user_agent}, agents
 
 
 def test_bad_flags_are_reported_clearly(kubeconfig: Path) -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ome
 from test.helpers import eventually
 
 
@@ -133,6 +134,9 @@ def test_provider_runs_alone_against_an_existing_cluster(tmp_path: Path) -> None
         )
         nodes = server.store.count(("", "nodes"))
         assert nodes == 3
+        # Every request names the simulator and its version, as client-go binaries do.
+        agent = f"ome-sim/{ome.__version__}"
+        assert server.accounting.total("create", "nodes", agent) == 3
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:

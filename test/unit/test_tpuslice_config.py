@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from ome.tpuslice import checkconfig
+from ome.entrypoints import checkconfig
 from ome.tpuslice import config as config_module
 from ome.tpuslice.config import (
     ConfigError,

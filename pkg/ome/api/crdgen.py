@@ -20,8 +20,7 @@ import yaml
 
 from ome.api import v1beta1
 from ome.api.v1beta1 import Field, Kind
-
-JSON = dict[str, Any]
+from ome.kube import JSON
 
 DEFAULT_DIR = "config/crd"
 # Not ``kustomization.yaml``: ``kubectl apply -f DIR`` reads every *.yaml in DIR and fails on

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Required, TypedDict
 
-from ome.runtime.rest import Resource
+from ome.kube import Resource
 
 GROUP = "ome.io"
 VERSION = "v1beta1"
@@ -25,6 +25,8 @@ LABEL_RUNNER = "ome.io/runner"
 LABEL_REVISION_HASH = "ome.io/revision-hash"
 LABEL_POD_ORDINAL = "ome.io/pod-ordinal"
 LABEL_INCARNATION = "ome.io/incarnation"
+#: The InferenceReplica's own name, on its pods and ControllerRevisions, so they map back to it.
+LABEL_INFERENCE_REPLICA = "ome.io/inferencereplica"
 
 ANNOTATION_TPU_SLICE_PROVISIONING = "ome.io/tpu-slice-provisioning"
 

@@ -16,6 +16,7 @@ from types import FrameType
 
 from kubernetes import client, config
 
+from ome import user_agent
 from ome.controllers.setup import setup as setup_controllers
 from ome.durations import parse_go_duration
 from ome.runtime.logs import configure_logging
@@ -142,13 +143,13 @@ def _rest(kubeconfig: str | None) -> Rest:
         raise config.ConfigException(
             "no cluster to talk to: pass --kubeconfig, set KUBECONFIG, or run in a pod"
         )
-    return Rest(client.ApiClient(cfg))
+    return Rest(client.ApiClient(cfg), user_agent=user_agent("ome-manager"))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check-config"]:
-        from ome.tpuslice.checkconfig import main as check_config  # noqa: PLC0415 - a subcommand
+        from ome.entrypoints.checkconfig import main as check_config  # noqa: PLC0415 - a subcommand
 
         return check_config(argv[1:])
     parser = build_parser()

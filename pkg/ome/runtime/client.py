@@ -27,7 +27,9 @@ from tenacity import (
 )
 from urllib3.exceptions import HTTPError
 
-from .rest import JSON, MERGE_PATCH, Resource, Rest
+from ome.kube import JSON, Resource
+
+from .rest import MERGE_PATCH, Rest, status_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,6 +43,24 @@ def retryable(error: BaseException) -> bool:
     if isinstance(error, ApiException):
         return error.status in RETRYABLE_STATUS
     return isinstance(error, HTTPError | ConnectionError | TimeoutError)
+
+
+def api_error(error: BaseException) -> bool:
+    """Whether ``error`` came from talking to the API server: an answer other than 2xx, or
+    the transport failing. Routine: reported in one line, never with a traceback."""
+    return isinstance(error, ApiException | HTTPError | OSError)
+
+
+def describe_error(error: BaseException) -> str:
+    """One line naming an API error as the server gave it (``500 InternalError: <message>``),
+    or the transport failure (``ProtocolError: Connection aborted``)."""
+    if isinstance(error, ApiException):
+        status = status_of(error)
+        reason = status.get("reason") or error.reason or ""
+        message = status.get("message") or ""
+        text = f"{error.status} {reason}".strip()
+        return f"{text}: {message}" if message else text
+    return f"{type(error).__name__}: {error}"
 
 
 def retry_after(error: BaseException) -> float | None:
@@ -141,6 +161,16 @@ class Client:
             if e.status == 404:
                 return None
             raise
+
+    def serves(self, res: Resource) -> bool:
+        """Whether the API server serves ``res`` (a list of one answers; 404: it does not)."""
+        try:
+            self._call("list", res, None, None, lambda: self.rest.list(res, limit=1))
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
     def live_list(
         self,

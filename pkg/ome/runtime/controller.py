@@ -2,9 +2,9 @@
 rate-limited workqueue, and N workers call ``reconcile(key)`` for them.
 
 A reconcile returns a ``Result`` or raises. An error requeues the key with rate limiting,
-``requeue_after`` schedules it, success forgets its failures. A worker never dies: an
-unexpected exception is logged with its traceback, counted and retried. It knows nothing
-of TPUs.
+``requeue_after`` schedules it, success forgets its failures. A worker never dies: an API
+error is logged in one line, any other exception (a bug) with its traceback; both are
+counted and retried. It knows nothing of TPUs.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
+from ome.kube import JSON
+
+from .client import api_error, describe_error
 from .informer import DeletedFinalStateUnknown, EventHandler, Informer, deleted_object, object_key
-from .rest import JSON
 from .workqueue import RateLimitingQueue
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,9 @@ class Result:
     requeue: bool = False
     requeue_after: float | None = None
 
+
+#: controller-runtime's ``result`` label values, each pre-created at zero per controller.
+RESULTS = ("success", "error", "requeue", "requeue_after")
 
 Reconcile = Callable[[str], Result | None]
 KeysOf = Callable[[JSON], Iterable[str]]
@@ -137,6 +142,9 @@ class Controller:
         self.queue = queue if queue is not None else RateLimitingQueue(name=name)
         self.metrics = metrics or default_metrics()
         self._threads: list[threading.Thread] = []
+        for result in RESULTS:  # every series starts at zero, as controller-runtime's do
+            self.metrics.total.labels(name, result)
+        self.metrics.errors.labels(name)
 
     # -- sources -------------------------------------------------------------------------
 
@@ -197,7 +205,10 @@ class Controller:
                 result = self.reconcile(key) or Result()
             except Exception as e:
                 outcome = "error"
-                log.exception("%s: reconcile %s failed", self.name, key)
+                if api_error(e):
+                    log.error("%s: reconcile %s failed: %s", self.name, key, describe_error(e))
+                else:
+                    log.exception("%s: reconcile %s failed", self.name, key)
                 self.metrics.errors.labels(self.name).inc()
                 span.record_exception(e)
                 span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))

@@ -24,8 +24,10 @@ import urllib3
 from cachetools import LRUCache
 from kubernetes.client.exceptions import ApiException
 
+from ome.kube import JSON
+
 from .client import Client
-from .rest import EVENTS, JSON
+from .rest import EVENTS
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from ome.kube import JSON, Resource
+
 from .client import retry_after
-from .rest import JSON, Resource, Rest, WatchStream
+from .rest import Rest, WatchStream
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ class EventHandler:
 
 
 IndexFunc = Callable[[JSON], "builtins.list[str]"]
+#: Reduces an object before it is cached (see ``Informer``).
+Transform = Callable[[JSON], JSON]
 
 
 def index_by_label(label: str) -> IndexFunc:
@@ -126,8 +130,14 @@ class Informer:
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
+        transform: Transform | None = None,
     ) -> None:
+        """``transform`` reduces each object before it is cached and handed to handlers
+        (controller-runtime's cache ``TransformFunc``): an informer over many objects keeps
+        only the fields its readers use. It must be pure and keep ``metadata``'s name,
+        namespace and resourceVersion."""
         self.rest = rest
+        self.transform = transform
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -281,6 +291,8 @@ class Informer:
         items, rv = self.rest.list_all(
             self.resource, self.namespace, self.label_selector, self.field_selector
         )
+        if self.transform is not None:
+            items = [self.transform(o) for o in items]
         fresh = {object_key(o): o for o in items}
         with self._lock:
             old = self._cache
@@ -342,6 +354,8 @@ class Informer:
             if rv:
                 self._rv = rv
             return False
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = object_key(obj)
         with self._lock:
             old = self._store(key, None if etype == "DELETED" else obj)
@@ -389,7 +403,9 @@ class InformerFactory:
     def __init__(self, rest: Rest, **options: Any) -> None:
         self.rest = rest
         self._options = options
-        self._informers: dict[tuple[Resource, str | None, str | None, str | None], Informer] = {}
+        self._informers: dict[
+            tuple[Resource, str | None, str | None, str | None, Transform | None], Informer
+        ] = {}
         self._lock = threading.Lock()
         self._started = False
 
@@ -399,13 +415,22 @@ class InformerFactory:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        transform: Transform | None = None,
     ) -> Informer:
-        key = (resource, namespace, label_selector or None, field_selector or None)
+        """The shared informer of these objects; one with a ``transform`` is shared only by
+        callers passing that same function."""
+        key = (resource, namespace, label_selector or None, field_selector or None, transform)
         with self._lock:
             informer = self._informers.get(key)
             if informer is None:
                 informer = Informer(
-                    self.rest, resource, namespace, label_selector, field_selector, **self._options
+                    self.rest,
+                    resource,
+                    namespace,
+                    label_selector,
+                    field_selector,
+                    transform=transform,
+                    **self._options,
                 )
                 self._informers[key] = informer
                 if self._started:

@@ -39,7 +39,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from .rest import JSON, LEASES, Rest
+from ome.kube import JSON
+
+from .rest import LEASES, Rest
 
 log = logging.getLogger(__name__)
 

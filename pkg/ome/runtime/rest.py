@@ -12,48 +12,17 @@ import builtins
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
-JSON = dict[str, Any]
+from ome.kube import JSON, Resource
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-
-
-@dataclass(frozen=True)
-class Resource:
-    """Where a resource lives: ``Resource("", "v1", "pods")`` or ``("accelerator.gke.io",
-    "v1beta1", "slices", namespaced=False)``."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
-    ) -> str:
-        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        parts = [root]
-        if self.namespaced and namespace:
-            parts.append(f"namespaces/{quote(namespace, safe='')}")
-        parts.append(self.plural)
-        if name is not None:
-            parts.append(quote(name, safe=""))
-            if subresource:
-                parts.append(subresource)
-        return "/".join(parts)
 
 
 PODS = Resource("", "v1", "pods")
@@ -74,9 +43,15 @@ class Rest:
     """Requests that send and return JSON dicts. Non-2xx answers raise ``ApiException``
     with the server's ``Status`` body, as the generated client does."""
 
-    def __init__(self, api_client: ApiClient, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self, api_client: ApiClient, request_timeout: float = 30.0, user_agent: str | None = None
+    ) -> None:
+        """``user_agent`` names the sender on every request (``ome-manager/0.1.0``), as
+        client-go binaries do; None keeps the client's own."""
         self.api_client = api_client
         self.request_timeout = request_timeout
+        if user_agent is not None:
+            api_client.user_agent = user_agent
         # urllib3 would silently retry idempotent requests on 429/503 with Retry-After and
         # on connection errors; retries belong to the callers (Client, informers), once.
         pool = api_client.rest_client.pool_manager

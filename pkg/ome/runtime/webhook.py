@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ome.kube import JSON
+
 from .certs import KeyPair, not_after
-from .rest import JSON
 from .webhookcerts import CertSource
 
 log = logging.getLogger(__name__)

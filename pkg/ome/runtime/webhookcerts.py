@@ -31,9 +31,11 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from ome.kube import JSON
+
 from .certs import KeyPair, generate_ca, issue_serving_cert, needs_rotation, not_after
 from .client import Client
-from .rest import JSON, SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, status_of
+from .rest import SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, status_of
 
 log = logging.getLogger(__name__)
 

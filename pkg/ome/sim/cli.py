@@ -20,6 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from ome import user_agent
 from ome.durations import parse_go_duration
 from ome.runtime.rest import Rest
 
@@ -174,7 +175,7 @@ def _reason(error: HTTPError) -> str:
 def _rest(kubeconfig: str) -> Rest:
     cfg = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return Rest(client.ApiClient(cfg))
+    return Rest(client.ApiClient(cfg), user_agent=user_agent("ome-sim"))
 
 
 def _duration(text: str) -> float:

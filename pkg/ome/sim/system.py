@@ -33,13 +33,13 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import CLUSTER_BASE_MODELS, CLUSTER_SERVING_RUNTIMES
+from ome.kube import Resource
 from ome.runtime.rest import (
     CONFIGMAPS,
     CRDS,
     NAMESPACES,
     SECRETS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
-    Resource,
     Rest,
 )
 from ome.tpuslice.types import GUIDE_CONFIG_JSON

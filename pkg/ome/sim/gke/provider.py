@@ -29,6 +29,7 @@ from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
 from ome.durations import parse_go_duration
+from ome.kube import Resource
 from ome.runtime.informer import (
     DeletedFinalStateUnknown,
     EventHandler,
@@ -36,7 +37,7 @@ from ome.runtime.informer import (
     deleted_object,
     object_key,
 )
-from ome.runtime.rest import BINDINGS, CRDS, LEASES, NODES, PODS, Resource, Rest
+from ome.runtime.rest import BINDINGS, CRDS, LEASES, NODES, PODS, Rest
 from ome.tpuslice.shape import ShapeError
 
 from . import decide

@@ -1,0 +1,75 @@
+"""Plain values of the Kubernetes API that every layer shares: a JSON object, where a resource
+lives, RFC 3339 times, and the few facts of core objects that are read the same way
+everywhere (a pod's terminal phase). Pure: no I/O and no client; it imports nothing of ome,
+so the pure core, the provider, the API types and the runtime can all stand on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+#: A Kubernetes object, or any part of one, as the API server sends it.
+JSON = dict[str, Any]
+
+#: Pod phases a pod never leaves: it holds nothing any more.
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a resource lives: ``Resource("", "v1", "pods")`` or ``("accelerator.gke.io",
+    "v1beta1", "slices", namespaced=False)``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
+    ) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+def rfc3339(t: datetime) -> str:
+    """A time as the API server writes ``metav1.Time``: whole seconds, UTC, ``Z``."""
+    return (
+        t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if t.tzinfo
+        else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+
+
+def parse_time(text: object) -> datetime | None:
+    """An RFC 3339 time from the API (``2026-01-02T03:04:05Z``), or None when absent or not
+    one: a field the server always fills is never a reason to crash."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def pod_terminal(pod: JSON) -> bool:
+    """Whether a pod has Succeeded or Failed: it runs nothing and holds nothing any more."""
+    status = pod.get("status")
+    phase = status.get("phase") if isinstance(status, dict) else None
+    return isinstance(phase, str) and phase in TERMINAL_PHASES
