@@ -7,7 +7,7 @@ import copy
 import json
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
 )
-from ome.controllers.inferencereplica.controller import Hooks
+from ome.controllers.inferencereplica.controller import Gated, Hooks
 from ome.controllers.inferencereplica.instances import Hold
 from ome.controllers.setup import setup
 from ome.runtime.certs import generate_ca, issue_serving_cert
@@ -141,9 +141,8 @@ def env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
     provider.start()
     holds: dict[int, str] = {}
 
-    def test_hold(replica: JSON, index: int, pods: list[JSON]) -> Hold | None:
-        token = holds.get(index)
-        return Hold(token, "a test holds it") if token else None
+    def test_gate(_replica: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+        return Gated({i: Hold(t, "a test holds it") for i in pending if (t := holds.get(i))})
 
     manager = Manager(
         rest,
@@ -152,7 +151,7 @@ def env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
         ),
         registry=CollectorRegistry(),
     )
-    setup(manager, Hooks(holds=[test_hold]))
+    setup(manager, Hooks(gates=[test_gate]))
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()

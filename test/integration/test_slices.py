@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.controllers.setup import setup
+from ome.controllers.slices import messages
 from ome.provider import gke
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import (
@@ -208,9 +210,14 @@ def install_webhook_configuration(rest: Rest, kubectl: Kubectl, manager: Manager
     eventually(wired, timeout=30)
 
 
+def guide_env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
+    """The guide's pools: a provision-only tpu7x pool of 4 hosts and a static one of 2."""
+    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4", "tpu7x:static:2"])
+
+
 @pytest.fixture
 def env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4", "tpu7x:static:2"])
+    yield from guide_env(cluster, kubectl)
 
 
 def ready_condition(obj: JSON) -> JSON:
@@ -323,7 +330,7 @@ def test_without_the_slice_crd_the_exact_line_is_logged(
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="ome.controllers.setup"):
         for env in make_env(cluster, kubectl, ["tpu7x:static:2"], crd=False):
-            assert gke.CRD_MISSING_LOG in [r.getMessage() for r in caplog.records]
+            assert messages.CRD_MISSING_LOG in [r.getMessage() for r in caplog.records]
             env.apply(opted())
             env.kubectl(
                 "wait",
@@ -574,7 +581,9 @@ def test_a_ready_slice_on_a_broken_host_is_recycled(slow: Env) -> None:
     assert pod["spec"]["nodeName"] != host["metadata"]["name"]
 
 
-def test_release_is_deferred_while_a_foreign_pod_holds_chips(env: Env) -> None:
+def test_deferred_release_goes_within_seconds_of_the_last_holder(env: Env) -> None:
+    """G2: a foreign pod holding chips on a Slice's host defers its release; the holder's
+    deletion wakes the Slice's owner (no other event, no nudge), which releases it at once."""
     svc = opted()
     svc["spec"]["engine"].update(minReplicas=2, maxReplicas=2)
     env.apply(svc)
@@ -597,12 +606,28 @@ def test_release_is_deferred_while_a_foreign_pod_holds_chips(env: Env) -> None:
         "hosts (tpu-batch/indexer-0); it is released once they are gone"
     )
     assert env.rest.get(gke.SLICES, doomed["metadata"]["name"])
-    env.rest.delete(PODS, "indexer-0", "tpu-batch", grace_period_seconds=0)
-    # Retried on the next reconcile: nudge one.
-    env.rest.patch(
-        INFERENCE_REPLICAS, "qwen3-tpu-engine", {"metadata": {"annotations": {"nudge": "1"}}}, NS
+    labels = {"slice_type": "tpu7x", "topology": "2x2x1"}
+    # While it stays held, the release is retried with a backoff (1 s, 2 s, then 4 s) ...
+    eventually(
+        lambda: env.registry.get_sample_value("ome_tpu_slice_release_deferred_total", labels) >= 3,
+        timeout=30,
     )
-    eventually(lambda: len(env.slices()) == 1, timeout=60)
+    env.rest.delete(PODS, "indexer-0", "tpu-batch", grace_period_seconds=0)
+    # ... but the holder's going is what wakes it: released well before the next retry.
+    eventually(lambda: released(env, doomed), timeout=3)
+    eventually(lambda: len(env.slices()) == 1, timeout=30)
+
+
+def released(env: Env, found: JSON) -> bool:
+    """Whether the manager has released the Slice: it is gone, or going (GKE holds it behind
+    its finalizer while it releases the partition)."""
+    try:
+        live = env.rest.get(gke.SLICES, found["metadata"]["name"])
+    except ApiException as e:
+        return e.status == 404
+    return live["metadata"]["uid"] != found["metadata"]["uid"] or bool(
+        live["metadata"].get("deletionTimestamp")
+    )
 
 
 def test_the_slices_gauge_counts_states_while_leading(env: Env) -> None:
@@ -716,8 +741,9 @@ def test_a_teardown_past_its_deadline_finishes_with_a_warning(env: Env) -> None:
     )  # events are written in the background
     uid = replica["metadata"]["uid"]
     assert items and items[0]["message"] == (
-        "teardown deadline exceeded; releasing owned TPU slices failed: 1 remain; "
-        f"delete the slices labeled ome.io/slice-owner-uid={uid} by hand"
+        "teardown deadline exceeded; releasing owned TPU slices failed: TPU slice "
+        f"{held['metadata']['name']} is kept: pods of other workloads hold chips on its hosts "
+        f"(tpu-batch/indexer-0); delete the slices labeled ome.io/slice-owner-uid={uid} by hand"
     )
     assert items[0]["involvedObject"]["kind"] == "InferenceReplica"
 

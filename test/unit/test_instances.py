@@ -6,6 +6,7 @@ created and deleted."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,14 +22,32 @@ from ome.controllers.inferencereplica.instances import (
     Plan,
     PodSlot,
     build_pod,
-    plan,
     pod_name,
     pod_slots,
     revision_hash,
+    settle,
     suspects,
 )
+from ome.controllers.inferencereplica.instances import plan as plan_only
 
 JSON = dict[str, Any]
+#: A test's stand-in for a gate: (replica, index, the pods about to be created) -> a hold.
+HoldFn = Callable[[JSON, int, list[JSON]], Hold | None]
+
+
+def plan(obs: Observed, holds: tuple[HoldFn, ...] = ()) -> Plan:
+    """Plan, then settle with the holds these functions give (the first that answers wins),
+    as the reconciler does with its gates' answers."""
+    out = plan_only(obs)
+    answers: dict[int, Hold] = {}
+    for index, pods in out.about_to_create().items():
+        for hold in holds:
+            answer = hold(obs.replica, index, pods)
+            if answer is not None:
+                answers[index] = answer
+                break
+    return settle(out, answers)
+
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 NAME = "qwen3-tpu-engine"
@@ -348,7 +367,7 @@ def test_a_hold_parks_the_create_and_its_release_starts_the_deadline(runners: li
         asked.append((index, names(pods)))
         return Hold("CapacityProvisioning", "slice s-0 is waiting for partition assignment")
 
-    held = plan(Observed(rep, [], NOW, holds=(capacity,)))
+    held = plan(Observed(rep, [], NOW), holds=(capacity,))
 
     first = f"{NAME}-0-{pod_slots(runners)[0].runner}-0"
     assert asked == [(0, [f"{NAME}-0-{s.runner}-{s.ordinal}" for s in pod_slots(runners)])]
@@ -373,13 +392,13 @@ def test_a_hold_parks_the_create_and_its_release_starts_the_deadline(runners: li
 
     # Still held a minute later with the same message: the failure keeps its time (E7).
     later = NOW + timedelta(minutes=1)
-    still = plan(Observed(with_rows(rep, held.rows), [], later, holds=(capacity,)))
+    still = plan(Observed(with_rows(rep, held.rows), [], later), holds=(capacity,))
     assert still.rows[0]["lastFailure"] == row["lastFailure"]
     assert still.rows[0]["operation"]["deadline"] is None and still.create == []
 
     # A new reason is a new failure, at the new time.
     other = hold_all("Unschedulable", "no node fits")
-    moved = plan(Observed(with_rows(rep, still.rows), [], later, holds=(other,)))
+    moved = plan(Observed(with_rows(rep, still.rows), [], later), holds=(other,))
     assert moved.rows[0]["operation"]["waiting"] == "Unschedulable"
     assert moved.rows[0]["lastFailure"]["time"] == rfc(later)
     assert moved.rows[0]["lastFailure"]["message"] == (
@@ -402,11 +421,11 @@ def test_a_hold_parks_the_create_and_its_release_starts_the_deadline(runners: li
 
 def test_the_first_hold_that_answers_wins_and_none_lets_pods_through() -> None:
     rep = replica(single())
-    none = plan(Observed(rep, [], NOW, holds=(lambda _r, _i, _p: None,)))
+    none = plan(Observed(rep, [], NOW), holds=(lambda _r, _i, _p: None,))
     assert len(none.create) == 1 and none.rows[0]["operation"]["waiting"] is None
 
     both = (hold_all("Unschedulable", "a"), hold_all("CapacityProvisioning", "b"))
-    held = plan(Observed(rep, [], NOW, holds=both))
+    held = plan(Observed(rep, [], NOW), holds=both)
     assert held.rows[0]["operation"]["waiting"] == "Unschedulable"
 
 
@@ -416,7 +435,7 @@ def test_a_hold_on_one_instance_does_not_hold_the_others() -> None:
     def only_1(_r: JSON, index: int, _p: list[JSON]) -> Hold | None:
         return Hold("CapacityProvisioning", "slice pending") if index == 1 else None
 
-    out = plan(Observed(rep, [], NOW, holds=(only_1,)))
+    out = plan(Observed(rep, [], NOW), holds=(only_1,))
     assert names(out.create) == [f"{NAME}-0-default-0"]
     assert out.rows[0]["operation"]["waiting"] is None
     assert out.rows[1]["operation"]["waiting"] == "CapacityProvisioning"
@@ -494,10 +513,8 @@ def test_pods_just_created_are_not_asked_about_by_holds_again() -> None:
     # The cache shows the leader but not the workers yet: nothing is left to withhold.
     seen = instance_pods(rep, 0, ready=False)[:1]
     later = NOW + timedelta(seconds=2)
-    obs = Observed(
-        with_rows(rep, first.rows), seen, later, expected_new=expected, holds=(capacity,)
-    )
-    again = plan(obs)
+    obs = Observed(with_rows(rep, first.rows), seen, later, expected_new=expected)
+    again = plan(obs, holds=(capacity,))
     assert asked == []
     (row,) = again.rows
     assert row["operation"]["waiting"] is None and row["lastFailure"] is None
@@ -514,8 +531,8 @@ def test_pods_just_created_are_not_asked_about_by_holds_again() -> None:
             instance_pods(old, 0),
             later,
             expected_new=frozenset(names(start.create)),
-            holds=(capacity,),
-        )
+        ),
+        holds=(capacity,),
     )
     assert asked == []
     assert surge.rows[0]["operation"]["waiting"] is None
@@ -1016,7 +1033,7 @@ def test_an_update_surge_can_be_held() -> None:
     old = replica(single("engine:1"))
     rep = replica(single("engine:2"), rows=[ready_row(old, 0)])
     hold = hold_all("CapacityProvisioning", "slice s-0-1 is waiting for partition assignment")
-    out = plan(Observed(rep, instance_pods(old, 0), NOW, holds=(hold,)))
+    out = plan(Observed(rep, instance_pods(old, 0), NOW), holds=(hold,))
     (row,) = out.rows
     assert row["phase"] == "Updating"
     assert row["operation"]["waiting"] == "CapacityProvisioning"
@@ -1249,7 +1266,7 @@ def _op(kind: str, draw: Any, rev: str, surge: int | None = None) -> JSON:
 
 
 @st.composite
-def observations(draw: Any) -> Observed:
+def observations(draw: Any) -> Case:
     """A replica mid-life: rows in any phase, their pods in any state, strays, suspects
     confirmed gone, pods just created and holds."""
     is_multi = draw(st.booleans())
@@ -1333,7 +1350,29 @@ def observations(draw: Any) -> Observed:
     holds = (HoldIndexes(held),) if held else ()
     now = NOW + timedelta(seconds=draw(st.integers(0, 3600)))
     rep = replica(new, replicas=replicas, rows=rows)
-    return Observed(rep, pods, now, expected_new=expected, confirmed_gone=gone, holds=holds)
+    going = (
+        frozenset(draw(st.sets(st.sampled_from([_n(p) for p in pods]), max_size=2)))
+        if pods
+        else frozenset()
+    )
+    obs = Observed(rep, pods, now, expected_new=expected, confirmed_gone=gone, going=going)
+    return Case(obs, holds)
+
+
+def _n(pod: JSON) -> str:
+    return str(pod["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class Case:
+    """An observation and the holds its gates would answer."""
+
+    obs: Observed
+    holds: tuple[HoldIndexes, ...] = ()
+
+    @property
+    def held(self) -> frozenset[int]:
+        return self.holds[0].indexes if self.holds else frozenset()
 
 
 PROPERTY = settings(max_examples=120, deadline=None)
@@ -1341,11 +1380,12 @@ PROPERTY = settings(max_examples=120, deadline=None)
 
 @PROPERTY
 @given(observations())
-def test_plan_never_raises_is_deterministic_and_leaves_its_input_alone(obs: Observed) -> None:
+def test_plan_never_raises_is_deterministic_and_leaves_its_input_alone(case: Case) -> None:
+    obs = case.obs
     replica_before = copy.deepcopy(obs.replica)
     pods_before = copy.deepcopy(obs.pods)
-    first = plan(obs)
-    second = plan(obs)
+    first = plan(obs, case.holds)
+    second = plan(obs, case.holds)
     assert isinstance(first, Plan)
     assert first == second
     assert obs.replica == replica_before
@@ -1356,16 +1396,25 @@ def test_plan_never_raises_is_deterministic_and_leaves_its_input_alone(obs: Obse
 
 @PROPERTY
 @given(observations())
-def test_plan_deletes_only_observed_pods_by_their_uid(obs: Observed) -> None:
-    out = plan(obs)
+def test_plan_deletes_only_observed_pods_by_their_uid(case: Case) -> None:
+    obs = case.obs
+    out = plan(obs, case.holds)
     observed = {(p["metadata"]["name"], p["metadata"]["uid"]) for p in obs.pods}
     assert set(out.delete) <= observed
 
 
 @PROPERTY
 @given(observations())
-def test_plan_keeps_exactly_replicas_instances_that_are_not_deleting(obs: Observed) -> None:
-    out = plan(obs)
+def test_a_pod_whose_delete_is_on_its_way_is_never_deleted_again(case: Case) -> None:
+    out = plan(case.obs, case.holds)
+    assert not {name for name, _uid in out.delete} & case.obs.going
+
+
+@PROPERTY
+@given(observations())
+def test_plan_keeps_exactly_replicas_instances_that_are_not_deleting(case: Case) -> None:
+    obs = case.obs
+    out = plan(obs, case.holds)
     serving = [r["index"] for r in out.rows if r["phase"] != "Deleting"]
     assert len(serving) == len(set(serving)) == obs.replica["spec"]["replicas"]
     assert [r["index"] for r in out.rows] == sorted(r["index"] for r in out.rows)
@@ -1373,8 +1422,9 @@ def test_plan_keeps_exactly_replicas_instances_that_are_not_deleting(obs: Observ
 
 @PROPERTY
 @given(observations())
-def test_plan_creates_only_pods_that_are_wanted_unseen_and_unexpected(obs: Observed) -> None:
-    out = plan(obs)
+def test_plan_creates_only_pods_that_are_wanted_unseen_and_unexpected(case: Case) -> None:
+    obs = case.obs
+    out = plan(obs, case.holds)
     created = names(out.create)
     live = {p["metadata"]["name"] for p in obs.pods if not p["metadata"].get("deletionTimestamp")}
     assert len(created) == len(set(created))
@@ -1389,9 +1439,10 @@ def test_plan_creates_only_pods_that_are_wanted_unseen_and_unexpected(obs: Obser
 
 @PROPERTY
 @given(observations())
-def test_held_instances_get_no_pods_and_a_parked_deadline(obs: Observed) -> None:
-    out = plan(obs)
-    held = obs.holds[0].indexes if obs.holds else frozenset()  # type: ignore[attr-defined]
+def test_held_instances_get_no_pods_and_a_parked_deadline(case: Case) -> None:
+    obs = case.obs
+    out = plan(obs, case.holds)
+    held = case.held
     for pod in out.create:
         assert int(pod["metadata"]["labels"]["ome.io/instance-index"]) not in held
     for row in out.rows:
@@ -1403,8 +1454,9 @@ def test_held_instances_get_no_pods_and_a_parked_deadline(obs: Observed) -> None
 
 @PROPERTY
 @given(observations())
-def test_plan_never_creates_and_deletes_the_same_pod_name(obs: Observed) -> None:
-    out = plan(obs)
+def test_plan_never_creates_and_deletes_the_same_pod_name(case: Case) -> None:
+    obs = case.obs
+    out = plan(obs, case.holds)
     assert not set(names(out.create)) & {name for name, _uid in out.delete}
 
 

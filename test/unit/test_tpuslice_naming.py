@@ -1,72 +1,30 @@
-"""Slots, Slice names and objects, slot wait reasons and host availability: behaviour.md D1 to
-D4, E1 to E3 and F, with every message verbatim."""
+"""Slots and Slice names, and reading a name back to its slot: behaviour.md D1 and D2, and the
+label and annotation names D3 and D4 write. The Slice object itself is ``test_provider_gke``'s,
+host availability ``test_tpuslice_hosts``'s."""
 
 from __future__ import annotations
 
 import re
-from types import MappingProxyType
-from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.api import v1beta1
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import (
-    INSTANCE_LABEL,
-    MANAGED_BY_LABEL,
-    ORDINAL_LABEL,
-    OWNER_ANNOTATION,
-    OWNER_UID_LABEL,
-    SLICE_API_VERSION,
-    SliceState,
     Slot,
-    host_problems,
-    is_ready,
     owner_hash,
-    owns,
-    parse_slot,
-    slice_body,
+    owner_label_value,
+    parse_index,
     slice_name,
-    slice_state,
     slot_for,
-    slot_wait_reason,
+    slot_of_name,
 )
-from ome.tpuslice.shape import Topology
-from ome.tpuslice.types import Accelerator, Config, SliceSettings
-
-JSON = dict[str, Any]
 
 UID = "6a1f2b3c-0000-4000-8000-000000000001"
-REPLICA: JSON = {"metadata": {"name": "qwen3-tpu-engine", "namespace": "qwen3-tpu", "uid": UID}}
-TPU7X = Accelerator("tpu7x", "tpu7x", 4, ("2x2x1", "2x2x2"))
-DEMAND = Demand(TPU7X, Topology((2, 2, 1)), hosts=1, pods=1, chips_per_pod=4)
-READY_STATES = ("ACTIVE", "ACTIVE_DEGRADED")
-CONFIG = Config(
-    chip_resource="google.com/tpu",
-    accelerator_label="cloud.google.com/gke-tpu-accelerator",
-    topology_label="cloud.google.com/gke-tpu-topology",
-    slice_label="cloud.google.com/gke-tpu-slice",
-    provision_only_key="cloud.google.com/gke-accelerator-topology-mode",
-    provision_only_value="PROVISION_ONLY",
-    accelerators={"tpu7x": TPU7X},
-    slice=SliceSettings(
-        owner_kind_label="cloud.google.com/slice-owner-kind",
-        owner_name_label="cloud.google.com/slice-owner-name",
-        annotations=MappingProxyType(
-            {
-                "cloud.google.com/managed-by": "slice-scheduler",
-                "slice.gke.io/retry-on-failure": "true",
-            }
-        ),
-        pod_annotations=("team.example.com/cost-center", "team.example.com/absent"),
-        ready_states=READY_STATES,
-    ),
-)
+H = "8f3a21c7"
 DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
-# -- D1, D2 ------------------------------------------------------------------------------------
+# -- D1, D2 ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -178,347 +136,220 @@ def test_distinct_slots_of_one_owner_get_distinct_names_near_each_other(
     assert len(names) == len(slots)
 
 
-# -- D3, D4 ------------------------------------------------------------------------------------
-
-
-def test_the_slice_carries_its_shape_owner_and_slot() -> None:
-    body = slice_body(
-        REPLICA,
-        Slot(0, 1),
-        DEMAND,
-        CONFIG,
-        {"team.example.com/cost-center": "ml", "team.example.com/other": "x"},
-    )
-    assert body == {
-        "apiVersion": "accelerator.gke.io/v1beta1",
-        "kind": "Slice",
-        "metadata": {
-            "name": "qwen3-tpu-engine-0-1-30d2d711",
-            "labels": {
-                "ome.io/slice-owner-uid": UID,
-                "ome.io/managed-by": "OMENative",
-                "ome.io/instance-index": "0",
-                "ome.io/pod-ordinal": "1",
-                "cloud.google.com/slice-owner-kind": "InferenceReplica",
-                "cloud.google.com/slice-owner-name": "qwen3-tpu-engine",
-            },
-            "annotations": {
-                "cloud.google.com/managed-by": "slice-scheduler",
-                "slice.gke.io/retry-on-failure": "true",
-                "team.example.com/cost-center": "ml",
-                "ome.io/slice-owner": "qwen3-tpu/qwen3-tpu-engine",
-            },
-        },
-        "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
-    }
-    assert "namespace" not in body["metadata"]  # cluster-scoped
-
-
-def test_the_owner_name_label_is_cut_to_a_label_value() -> None:
-    for name, label in [("a" * 62 + ".b", "a" * 62), ("a" * 61 + "--b", "a" * 61)]:
-        replica = {"metadata": {"name": name, "namespace": "ns", "uid": UID}}
-        body = slice_body(replica, Slot(0, 0), DEMAND, CONFIG, {})
-        assert body["metadata"]["labels"]["cloud.google.com/slice-owner-name"] == label
-        assert body["metadata"]["annotations"][OWNER_ANNOTATION] == f"ns/{name}"
-        assert len(body["metadata"]["name"]) <= 49
-
-
-def test_the_labels_are_the_apis() -> None:
-    assert SLICE_API_VERSION == "accelerator.gke.io/v1beta1"
-    assert MANAGED_BY_LABEL == v1beta1.LABEL_MANAGED_BY
-    assert INSTANCE_LABEL == v1beta1.LABEL_INSTANCE_INDEX
-    assert ORDINAL_LABEL == v1beta1.LABEL_POD_ORDINAL
-    assert OWNER_UID_LABEL == "ome.io/slice-owner-uid"
-    assert OWNER_ANNOTATION == "ome.io/slice-owner"
-
-
-def slice_obj(
-    labels: dict[str, str] | None = None,
-    *,
-    name: str = "s-0-0-8f3a21c7",
-    type_: str = "tpu7x",
-    topology: str = "2x2x1",
-    partitions: list[str] | None = None,
-    ready: JSON | None = None,
-    deleting: bool = False,
-) -> JSON:
-    metadata: JSON = {
-        "name": name,
-        "labels": {OWNER_UID_LABEL: UID, INSTANCE_LABEL: "0", ORDINAL_LABEL: "0"}
-        if labels is None
-        else labels,
-    }
-    if deleting:
-        metadata["deletionTimestamp"] = "2025-01-01T00:00:00Z"
-    obj: JSON = {
-        "metadata": metadata,
-        "spec": {"type": type_, "topology": topology, "partitionIds": partitions or []},
-    }
-    if ready is not None:
-        obj["status"] = {
-            "conditions": [{"type": "Other", "reason": "X"}, {"type": "Ready", **ready}]
-        }
-    return obj
-
-
-def test_only_the_owner_uid_label_makes_a_slice_ours() -> None:
-    assert owns(slice_obj(), UID)
-    assert not owns(slice_obj(), "other-uid")
-    assert not owns(slice_obj({}), UID)
-    assert not owns(slice_obj({OWNER_UID_LABEL: ""}), "")
-    assert not owns({}, UID)
+# -- D3: indices in labels, the owner name label ---------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("labels", "slot"),
+    ("text", "index"),
     [
-        ({INSTANCE_LABEL: "3", ORDINAL_LABEL: "1"}, Slot(3, 1)),
-        ({INSTANCE_LABEL: "0", ORDINAL_LABEL: "0"}, Slot(0, 0)),
-        ({INSTANCE_LABEL: "3"}, None),
-        ({ORDINAL_LABEL: "1"}, None),
-        ({INSTANCE_LABEL: "-1", ORDINAL_LABEL: "0"}, None),
-        ({INSTANCE_LABEL: "01", ORDINAL_LABEL: "0"}, None),
-        ({INSTANCE_LABEL: "x", ORDINAL_LABEL: "0"}, None),
-        ({INSTANCE_LABEL: "", ORDINAL_LABEL: "0"}, None),
+        pytest.param("0", 0, id="zero"),
+        pytest.param("7", 7, id="one digit"),
+        pytest.param("12", 12, id="two digits"),
+        pytest.param("2147483647", 2147483647, id="int32 max"),
+        pytest.param("123456789012345678901234567890", 123456789012345678901234567890, id="long"),
+        pytest.param("", None, id="empty"),
+        pytest.param("01", None, id="leading zero"),
+        pytest.param("00", None, id="two zeros"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param("+1", None, id="plus sign"),
+        pytest.param(" 1", None, id="leading space"),
+        pytest.param("1 ", None, id="trailing space"),
+        pytest.param("1\n", None, id="trailing newline"),
+        pytest.param("1.0", None, id="decimal"),
+        pytest.param("1_000", None, id="underscore"),
+        pytest.param("x", None, id="letter"),
+        pytest.param("\u0661", None, id="arabic-indic digit"),
+        pytest.param(1, None, id="an int is not a label"),
+        pytest.param(True, None, id="bool"),
+        pytest.param(None, None, id="None"),
+        pytest.param(["1"], None, id="list"),
     ],
 )
-def test_a_slices_slot_comes_from_its_labels(labels: dict[str, str], slot: Slot | None) -> None:
-    assert parse_slot(slice_obj(labels)) == slot
-
-
-def test_a_built_slice_parses_back_to_its_slot() -> None:
-    assert parse_slot(slice_body(REPLICA, Slot(7, 1), DEMAND, CONFIG, {})) == Slot(7, 1)
-
-
-# -- E1, E2 ------------------------------------------------------------------------------------
-
-
-def test_the_state_is_the_first_ready_conditions_reason() -> None:
-    obj = slice_obj(
-        partitions=["p1", "p2"],
-        ready={
-            "reason": "ACTIVE",
-            "status": "True",
-            "message": "ok",
-            "lastTransitionTime": "2025-01-01T00:00:00Z",
-        },
-    )
-    obj["status"]["conditions"].append({"type": "Ready", "reason": "FAILED"})
-    assert slice_state(obj) == SliceState(
-        "ACTIVE", "True", "ok", "2025-01-01T00:00:00Z", False, ("p1", "p2")
-    )
-    assert slice_state({}) == SliceState("", "", "", None, False, ())
-    assert slice_state(slice_obj(deleting=True)).terminating
-
-
-@pytest.mark.parametrize(
-    ("state", "ready"),
-    [
-        (SliceState("ACTIVE", "True", "", None, False, ("p",)), True),
-        (SliceState("ACTIVE_DEGRADED", "True", "", None, False, ("p",)), True),
-        (SliceState("ACTIVE", "False", "", None, False, ("p",)), True),
-        (SliceState("ACTIVE", "Unknown", "", None, False, ("p",)), False),
-        (SliceState("ACTIVE", "True", "", None, True, ("p",)), False),
-        (SliceState("ACTIVATING", "False", "", None, False, ("p",)), False),
-        (SliceState("", "", "", None, False, ()), False),
-    ],
-)
-def test_ready_is_a_ready_state_not_terminating_and_not_unknown(
-    state: SliceState, ready: bool
+def test_an_index_label_is_a_canonical_non_negative_integer(
+    text: object, index: int | None
 ) -> None:
-    assert is_ready(state, READY_STATES) is ready
+    assert parse_index(text) == index
 
 
-# -- E3 ----------------------------------------------------------------------------------------
-
-N = "s-0-0-8f3a21c7"
-
-
-@pytest.mark.parametrize(
-    ("obj", "reason"),
-    [
-        pytest.param(
-            slice_obj({OWNER_UID_LABEL: "someone-else"}, deleting=True, type_="x"),
-            ("conflict", f"slice is owned by another object: {N}"),
-            id="not ours",
-        ),
-        pytest.param(
-            slice_obj(deleting=True, type_="x", ready={"reason": "ACTIVE", "status": "True"}),
-            ("terminating", f"slice {N} is being released"),
-            id="terminating",
-        ),
-        pytest.param(
-            slice_obj(type_="tpu7y", ready={"reason": "ACTIVE", "status": "True"}),
-            (
-                "wrong-shape",
-                f"slice {N} is tpu7y 2x2x1, want tpu7x 2x2x1; it is replaced once no pod holds it",
-            ),
-            id="wrong type",
-        ),
-        pytest.param(
-            slice_obj(topology="2x2x2"),
-            (
-                "wrong-shape",
-                f"slice {N} is tpu7x 2x2x2, want tpu7x 2x2x1; it is replaced once no pod holds it",
-            ),
-            id="wrong topology",
-        ),
-        pytest.param(
-            slice_obj(),
-            ("not-ready", f"slice {N} is waiting for partition assignment"),
-            id="no state, no partitions",
-        ),
-        pytest.param(
-            slice_obj(ready={"status": "False", "message": "queued"}),
-            ("not-ready", f"slice {N} is waiting for partition assignment"),
-            id="empty reason, no partitions",
-        ),
-        pytest.param(
-            slice_obj(partitions=["p"]),
-            ("not-ready", f"slice {N} has partitions assigned and no state yet"),
-            id="partitions, no state",
-        ),
-        pytest.param(
-            slice_obj(partitions=["p"], ready={"reason": "ACTIVE", "status": "Unknown"}),
-            ("not-ready", f"slice {N} is ACTIVE, but its readiness is unknown"),
-            id="unknown",
-        ),
-        pytest.param(
-            slice_obj(
-                partitions=["p"],
-                ready={"reason": "ACTIVATING", "status": "Unknown", "message": "lost contact"},
-            ),
-            ("not-ready", f"slice {N} is ACTIVATING, but its readiness is unknown: lost contact"),
-            id="unknown with message",
-        ),
-        pytest.param(
-            slice_obj(partitions=["p"], ready={"reason": "ACTIVATING", "status": "False"}),
-            ("not-ready", f"slice {N} is ACTIVATING"),
-            id="not a ready state",
-        ),
-        pytest.param(
-            slice_obj(
-                partitions=["p"],
-                ready={"reason": "FAILED", "status": "False", "message": "no capacity"},
-            ),
-            ("not-ready", f"slice {N} is FAILED: no capacity"),
-            id="not a ready state, with message",
-        ),
-        pytest.param(
-            slice_obj(partitions=["p"], ready={"reason": "ACTIVE_DEGRADED", "status": "True"}),
-            None,
-            id="ready",
-        ),
-    ],
-)
-def test_a_slot_waits_for_its_slice_and_says_why(obj: JSON, reason: tuple[str, str] | None) -> None:
-    assert slot_wait_reason(obj, UID, DEMAND, READY_STATES) == reason
+@given(st.integers(0, 10**30))
+def test_every_index_written_as_a_label_reads_back(index: int) -> None:
+    assert parse_index(str(index)) == index
 
 
-# -- F -----------------------------------------------------------------------------------------
-
-
-def node(
-    ready: str | None = "True", cordoned: bool = False, name: str = "gke-tpu-pool-node-3"
-) -> JSON:
-    obj: JSON = {"metadata": {"name": name}, "spec": {}, "status": {"conditions": []}}
-    if cordoned:
-        obj["spec"]["unschedulable"] = True
-    if ready is not None:
-        obj["status"]["conditions"] = [
-            {"type": "MemoryPressure", "status": "False"},
-            {"type": "Ready", "status": ready},
-        ]
-    return obj
-
-
-TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-N3 = "node gke-tpu-pool-node-3"
+@settings(deadline=None)
+@given(st.text(max_size=12))
+def test_any_label_text_reads_as_its_index_or_none(text: str) -> None:
+    index = parse_index(text)
+    assert index is None or str(index) == text
 
 
 @pytest.mark.parametrize(
-    ("obj", "tolerations", "problems"),
+    ("name", "label"),
     [
-        pytest.param(node(), [TPU_TOLERATION], [], id="healthy"),
-        pytest.param(node(cordoned=True), [TPU_TOLERATION], [f"{N3} is cordoned"], id="cordoned"),
-        pytest.param(node(ready="Unknown"), [], [f"{N3} is unreachable"], id="unreachable"),
-        pytest.param(node(ready="False"), [], [f"{N3} is not ready"], id="not ready"),
-        pytest.param(node(ready=None), [], [f"{N3} is not ready"], id="no Ready condition"),
-        pytest.param(
-            node(ready="False", cordoned=True),
-            [],
-            [f"{N3} is cordoned", f"{N3} is not ready"],
-            id="sorted",
-        ),
-        pytest.param(
-            node(ready="Unknown", cordoned=True),
-            [],
-            [f"{N3} is cordoned", f"{N3} is unreachable"],
-            id="cordoned and unreachable",
-        ),
-        pytest.param(
-            node(cordoned=True),
-            [
-                {
-                    "key": "node.kubernetes.io/unschedulable",
-                    "operator": "Exists",
-                    "effect": "NoSchedule",
-                }
-            ],
-            [],
-            id="cordon tolerated",
-        ),
-        pytest.param(
-            node(cordoned=True),
-            [
-                {
-                    "key": "node.kubernetes.io/unschedulable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                }
-            ],
-            [f"{N3} is cordoned"],
-            id="other effect does not tolerate",
-        ),
-        pytest.param(
-            node(ready="Unknown", cordoned=True),
-            [{"operator": "Exists"}],
-            [],
-            id="empty key and effect tolerate all",
-        ),
-        pytest.param(
-            node(ready="Unknown"),
-            [{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}],
-            [],
-            id="unreachable tolerated without effect",
-        ),
-        pytest.param(
-            node(ready="Unknown"),
-            [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
-            [f"{N3} is unreachable"],
-            id="not-ready does not tolerate unreachable",
-        ),
-        pytest.param(
-            node(ready="False"),
-            [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
-            [],
-            id="Equal with empty value matches the empty taint value",
-        ),
-        pytest.param(
-            node(ready="False"),
-            [{"key": "node.kubernetes.io/not-ready", "operator": "Equal", "value": "x"}],
-            [f"{N3} is not ready"],
-            id="Equal with another value",
-        ),
-        pytest.param(
-            node(ready="False"),
-            [{"key": "node.kubernetes.io/not-ready", "operator": "Lt", "value": "1"}],
-            [f"{N3} is not ready"],
-            id="unknown operator never matches",
-        ),
+        pytest.param("qwen3-tpu-engine", "qwen3-tpu-engine", id="short"),
+        pytest.param("a.b", "a.b", id="dots stay"),
+        pytest.param("a" * 63, "a" * 63, id="63 characters"),
+        pytest.param("a" * 64, "a" * 63, id="cut to 63"),
+        pytest.param("a" * 62 + ".b", "a" * 62, id="cut ends on a dot"),
+        pytest.param("a" * 61 + "--b", "a" * 61, id="cut ends on dashes"),
+        pytest.param("a" * 60 + ".-.b", "a" * 60, id="cut ends on dots and dashes"),
+        pytest.param("x" * 253, "x" * 63, id="longest object name"),
     ],
 )
-def test_a_host_the_pods_cannot_use_says_why(
-    obj: JSON, tolerations: list[JSON], problems: list[str]
+def test_the_owner_name_label_value_is_the_replica_name_cut_to_a_label_value(
+    name: str, label: str
 ) -> None:
-    assert host_problems(obj, tolerations) == problems
+    assert owner_label_value(name) == label
+
+
+@settings(deadline=None)
+@given(object_names)
+def test_the_owner_name_label_value_is_always_a_label_value(name: str) -> None:
+    label = owner_label_value(name)
+    assert 1 <= len(label) <= 63
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", label)
+    assert name.startswith(label)
+
+
+# -- D2 read backwards: the slot a name belongs to -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "replica", "slot"),
+    [
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c7", "qwen3-tpu-engine", Slot(0, 0), id="ours"),
+        pytest.param("qwen3-tpu-engine-12-1-8f3a21c7", "qwen3-tpu-engine", Slot(12, 1), id="12-1"),
+        pytest.param("llama-3-engine-0-0-8f3a21c7", "llama.3-engine", Slot(0, 0), id="dot"),
+        pytest.param("a" * 36 + "-0-0-8f3a21c7", "a" * 40, Slot(0, 0), id="cut"),
+        pytest.param("a" * 35 + "-0-0-8f3a21c7", "a" * 35 + ".b", Slot(0, 0), id="cut on a dot"),
+        pytest.param(
+            "x" * 27 + "-2147483647-1-8f3a21c7", "x" * 253, Slot(2147483647, 1), id="long slot"
+        ),
+        pytest.param("e-1-2-3-0-1-8f3a21c7", "e-1-2-3", Slot(0, 1), id="digits in the base"),
+        pytest.param("a-b-0-0-8f3a21c7", "a-b", Slot(0, 0), id="a-b gives a-b's name"),
+        pytest.param("a-b-0-0-8f3a21c7", "a.b", Slot(0, 0), id="so does a.b"),
+        pytest.param("a" * 36 + "-0-0-8f3a21c7", "a" * 41, Slot(0, 0), id="so does a longer name"),
+        pytest.param("qwen3-tpu-engine-0-0-30d2d711", "qwen3-tpu-engine", None, id="other hash"),
+        pytest.param("qwen3-tpu-other-0-0-8f3a21c7", "qwen3-tpu-engine", None, id="other replica"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c7", "qwen3-tpu", None, id="a prefix of it"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c7", "qwen3-tpu-engine-0", None, id="longer"),
+        pytest.param("a" * 35 + "-0-0-8f3a21c7", "a" * 40, None, id="not cut as D2 cuts"),
+        pytest.param("qwen3-tpu-engine-01-0-8f3a21c7", "qwen3-tpu-engine", None, id="leading 0"),
+        pytest.param("qwen3-tpu-engine-0-00-8f3a21c7", "qwen3-tpu-engine", None, id="ordinal 00"),
+        pytest.param("qwen3-tpu-engine--1-0-8f3a21c7", "qwen3-tpu-engine", None, id="negative"),
+        pytest.param("qwen3-tpu-engine-0-0-8F3A21C7", "qwen3-tpu-engine", None, id="upper hash"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c", "qwen3-tpu-engine", None, id="short hash"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c70", "qwen3-tpu-engine", None, id="long hash"),
+        pytest.param("qwen3-tpu-engine-0-8f3a21c7", "qwen3-tpu-engine", None, id="no ordinal"),
+        pytest.param("qwen3-tpu-engine-x-0-8f3a21c7", "qwen3-tpu-engine", None, id="letter"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c7-x", "qwen3-tpu-engine", None, id="trailer"),
+        pytest.param("-0-0-8f3a21c7", "qwen3-tpu-engine", None, id="no base"),
+        pytest.param("0-0-8f3a21c7", "qwen3-tpu-engine", None, id="two dashes"),
+        pytest.param("8f3a21c7", "qwen3-tpu-engine", None, id="a hash alone"),
+        pytest.param("", "qwen3-tpu-engine", None, id="empty"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c7", "Upper", None, id="no object name"),
+        pytest.param("qwen3-tpu-engine-0-0-8f3a21c7", "", None, id="empty replica name"),
+    ],
+)
+def test_a_name_reads_back_to_its_slot_only_for_the_replica_that_gives_it(
+    name: str, replica: str, slot: Slot | None
+) -> None:
+    assert slot_of_name(name, replica, H) == slot
+
+
+def test_a_name_of_another_owner_hash_is_not_ours() -> None:
+    name = slice_name("qwen3-tpu-engine", Slot(0, 0), H)
+    assert slot_of_name(name, "qwen3-tpu-engine", "30d2d711") is None
+    assert slot_of_name(name, "qwen3-tpu-engine", "8F3A21C7") is None
+    assert slot_of_name(name, "qwen3-tpu-engine", "") is None
+
+
+@settings(deadline=None)
+@given(object_names, indices, indices, hashes)
+def test_every_slice_name_reads_back_to_its_slot(
+    replica: str, instance: int, ordinal: int, hash8: str
+) -> None:
+    slot = Slot(instance, ordinal)
+    assert slot_of_name(slice_name(replica, slot, hash8), replica, hash8) == slot
+
+
+@settings(deadline=None)
+@given(object_names, indices, indices, hashes, hashes)
+def test_a_name_of_another_hash_reads_back_to_no_slot(
+    replica: str, instance: int, ordinal: int, hash8: str, other: str
+) -> None:
+    name = slice_name(replica, Slot(instance, ordinal), hash8)
+    assert slot_of_name(name, replica, other) == (
+        Slot(instance, ordinal) if other == hash8 else None
+    )
+
+
+@settings(deadline=None)
+@given(object_names, object_names, indices, indices, hashes)
+def test_a_name_of_another_replica_reads_back_only_if_that_replica_gives_it_too(
+    replica: str, other: str, instance: int, ordinal: int, hash8: str
+) -> None:
+    slot = Slot(instance, ordinal)
+    name = slice_name(replica, slot, hash8)
+    # Names cut to the same base ("a" * 40 and "a" * 41, or "a.b" and "a-b") do collide; in
+    # practice the hash, of namespace, name and UID, tells them apart.
+    expected = slot if slice_name(other, slot, hash8) == name else None
+    assert slot_of_name(name, other, hash8) == expected
+
+
+@settings(deadline=None)
+@given(object_names, indices, indices, hashes, st.data())
+def test_a_mangled_suffix_reads_back_to_no_slot(
+    replica: str, instance: int, ordinal: int, hash8: str, data: st.DataObject
+) -> None:
+    name = slice_name(replica, Slot(instance, ordinal), hash8)
+    base = name[: -len(f"-{instance}-{ordinal}-{hash8}")]
+    mangle = data.draw(
+        st.sampled_from(
+            [
+                f"{base}-0{instance}-{ordinal}-{hash8}",
+                f"{base}-{instance}-0{ordinal}-{hash8}",
+                f"{base}-{instance}-{ordinal}-{hash8}0",
+                f"{base}-{instance}-{ordinal}-{hash8[:-1]}",
+                f"{base}-{instance}-{ordinal}-{hash8.upper()}x",
+                f"{base}-{instance}-{ordinal}{hash8}",
+                f"{base}-{instance}-{ordinal}-{hash8}-0",
+                f"{base}-{instance}-{ordinal}-{hash8}-{hash8}",
+                f"{base}-{instance}--{ordinal}-{hash8}",
+                f"{base}-{instance}-{ordinal}-{hash8[:4]}-{hash8[4:]}",
+            ]
+        )
+    )
+    assert slot_of_name(mangle, replica, hash8) is None
+
+
+@settings(deadline=None)
+@given(
+    object_names,
+    hashes,
+    st.one_of(
+        st.text(max_size=60),
+        st.builds(
+            lambda base, i, o, h: f"{base}-{i}-{o}-{h}",
+            st.text("ab-0", max_size=40),
+            indices,
+            indices,
+            hashes,
+        ),
+    ),
+)
+def test_a_name_reads_back_only_to_the_slot_that_is_given_it(
+    replica: str, hash8: str, name: str
+) -> None:
+    # "x"*33 + "-51-12-<hash>" is slot (51, 12)'s name of "x"*33 + "-51more": a name whose
+    # suffix looks merged ("-1-2-" written "-12-") can be another slot's, never a wrong one.
+    slot = slot_of_name(name, replica, hash8)
+    assert slot is None or slice_name(replica, slot, hash8) == name
+
+
+def test_a_merged_suffix_is_the_name_of_another_slot_when_the_cut_makes_it_so() -> None:
+    replica = "x" * 33 + "-51" + "more"
+    name = slice_name(replica, Slot(1, 2), H)
+    assert name == "x" * 33 + "-51-1-2-8f3a21c7"
+    assert slot_of_name("x" * 33 + "-51-12-8f3a21c7", replica, H) == Slot(51, 12)
+    assert slot_of_name("qwen3-tpu-engine-12-8f3a21c7", "qwen3-tpu-engine", H) is None

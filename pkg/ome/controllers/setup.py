@@ -20,17 +20,17 @@ from ome.api.v1beta1 import (
 )
 from ome.provider import gke
 from ome.runtime.client import Client
+from ome.runtime.expectations import Expectations
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
-from ome.tpuslice import naming
 from ome.tpuslice.config import parse as parse_config
 from ome.tpuslice.types import Config
 
 from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
 from .inferenceservice.controller import InferenceServiceReconciler
-from .slices import admission
+from .slices import admission, messages
 from .slices.metrics import SliceGauge, SliceMetrics
-from .slices.provisioning import SliceProvisioning, slice_owner_keys
+from .slices.reconciler import SliceReconcilers, holder_view, slice_owner_keys
 
 log = logging.getLogger(__name__)
 
@@ -50,69 +50,63 @@ def load_config(client: Client, namespace: str) -> Config | None:
     return parse_config((cm.get("data") or {}).get(CONFIG_KEY))
 
 
-def _merge(a: Hooks, b: Hooks) -> Hooks:
-    return Hooks(
-        holds=[*a.holds, *b.holds],
-        gates=[*a.gates, *b.gates],
-        teardown=[*a.teardown, *b.teardown],
-        pod_mutators=[*a.pod_mutators, *b.pod_mutators],
-        after_pass=[*a.after_pass, *b.after_pass],
-    )
-
-
 def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
     """Add the controllers; raises ``ConfigError`` for an invalid slice configuration."""
     inf = manager.informers
     hooks = hooks or Hooks()
     pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
+    replicas = inf.informer(INFERENCE_REPLICAS)
+    recorder = manager.event_recorder("inferencereplica-controller")
+    pod_expectations = Expectations()
     config = load_config(manager.client, manager.options.namespace)
-    provisioning: SliceProvisioning | None = None
+    slices: SliceReconcilers | None = None
     if config is not None:
-        if gke.crd_available(manager.client):
-            provisioning = SliceProvisioning(
+        if manager.client.serves(gke.SLICES):
+            slices = SliceReconcilers(
                 manager.client,
                 config,
                 inf.informer(gke.SLICES),
                 inf.informer(NODES),
                 pods,
-                manager.event_recorder("inferencereplica-controller"),
+                inf.informer(PODS, transform=holder_view(config)),
+                replicas,
+                recorder,
                 SliceMetrics(config, manager.registry),
+                pod_expectations,
             )
-            hooks = _merge(hooks, provisioning.hooks())
-            replicas_cache = inf.informer(INFERENCE_REPLICAS)
+            hooks = Hooks(
+                gates=[*hooks.gates, slices.gate], teardown=[*hooks.teardown, slices.teardown]
+            )
+            informer = slices.slices
             manager.registry.register(
                 SliceGauge(
-                    lambda: [
-                        s
-                        for s in provisioning.slices.list()
-                        if (s["metadata"].get("labels") or {}).get(naming.OWNER_UID_LABEL)
-                    ],
+                    lambda: [s for s in (gke.parse(o) for o in informer.list()) if s.owner_uid],
                     manager.is_leader,
-                    lambda: {str(r["metadata"].get("uid")) for r in replicas_cache.list()},
+                    lambda: {str(r["metadata"].get("uid")) for r in replicas.list()},
                     config.slice.ready_states,
                 )
             )
             log.info("TPU slice provisioning is on for %s", ", ".join(sorted(config.accelerators)))
         else:
-            log.warning(gke.CRD_MISSING_LOG)
+            log.warning(messages.CRD_MISSING_LOG)
     if manager.webhooks_enabled:
         # J1: it checks demand only with a configuration and the Slice CRD; else it admits.
         manager.add_webhook(
             admission.PATH,
             admission.ReplicaAdmission(
-                manager.short_client(), config if provisioning is not None else None
+                manager.short_client(), config if slices is not None else None
             ),
         )
-    replicas = inf.informer(INFERENCE_REPLICAS)
     replica_reconciler = InferenceReplicaReconciler(
-        manager.client, replicas, pods, manager.event_recorder("inferencereplica-controller"), hooks
+        manager.client, replicas, pods, recorder, hooks, expectations=pod_expectations
     )
     replica_controller = replica_reconciler.controller()
-    if provisioning is not None:
-        # A Slice routes to its owner by the ome.io/slice-owner annotation; a node to the
-        # owner of the Slice its slice label names.
-        replica_controller.watch(provisioning.slices, keys=slice_owner_keys)
-        replica_controller.watch(provisioning.nodes, keys=provisioning.node_owner_keys)
+    if slices is not None:
+        # The gate reads Slices and their hosts: a Slice routes to its owner by the
+        # ome.io/slice-owner annotation, a node to the owner of the Slice its label names.
+        replica_controller.watch(slices.slices, keys=slice_owner_keys)
+        replica_controller.watch(slices.nodes, keys=slices.node_owner_keys)
+        manager.add_controller(slices.controller())
     manager.add_controller(replica_controller)
     service_reconciler = InferenceServiceReconciler(
         manager.client,

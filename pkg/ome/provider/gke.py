@@ -1,53 +1,136 @@
-"""GKE's Slice object through the API: find the CRD, create a Slice, release one.
+"""GKE's Slice object (behaviour.md D3, E1; ``gke-slices.md``): its group, version and
+resource, the body OME creates, and reading a Slice into the plain ``SliceInfo`` the
+reconcilers decide from. The one module that knows the Slice's field paths.
 
-The one module that knows the Slice's group, version and resource; building and reading the
-object's fields is the pure core's (``ome.tpuslice.naming``). Deletes always carry a UID.
+Pure: no I/O and no client. The reconcilers' act layer sends what this builds, through the
+runtime's client.
 """
 
 from __future__ import annotations
 
-from kubernetes.client.exceptions import ApiException
+from collections.abc import Mapping
 
-from ome.runtime.client import Client
-from ome.runtime.rest import JSON, Resource
-
-SLICES = Resource("accelerator.gke.io", "v1beta1", "slices", namespaced=False)
-CRD_NAME = "slices.accelerator.gke.io"
-
-#: behaviour.md L: the exact line when the CRD is missing at start.
-CRD_MISSING_LOG = (
-    "The InferenceReplica controller won't provision TPU slices because the "
-    "accelerator.gke.io/v1beta1 Slice CRD is not available; pods are created without slices "
-    "until it is installed and the manager restarts."
+from ome.kube import JSON, Resource, parse_time
+from ome.tpuslice.demand import Demand
+from ome.tpuslice.naming import (
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    ORDINAL_LABEL,
+    OWNER_ANNOTATION,
+    OWNER_KIND,
+    OWNER_UID_LABEL,
+    Slot,
+    owner_hash,
+    owner_label_value,
+    parse_index,
+    slice_name,
 )
+from ome.tpuslice.slices import SliceInfo
+from ome.tpuslice.types import Config
+
+GROUP = "accelerator.gke.io"
+VERSION = "v1beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Slice"
+SLICES = Resource(GROUP, VERSION, "slices", namespaced=False)
+CRD_NAME = f"{SLICES.plural}.{GROUP}"
 
 
-def crd_available(client: Client) -> bool:
-    """Whether the API server serves Slices (a list of one answers)."""
-    try:
-        client.rest.list(SLICES, limit=1)
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-    return True
+def _map(value: object) -> JSON:
+    return value if isinstance(value, dict) else {}
 
 
-def create(client: Client, body: JSON) -> JSON:
-    return client.create(SLICES, body)
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
-def live_get(client: Client, name: str) -> JSON | None:
-    return client.live_get_or_none(SLICES, name)
+def body(
+    replica: JSON,
+    slot: Slot,
+    demand: Demand,
+    config: Config,
+    pod_annotations: Mapping[str, str],
+) -> JSON:
+    """D3: the Slice to create for ``slot`` of the InferenceReplica ``replica``.
+
+    Annotations: the configured ``slice.annotations``, then each ``slice.podAnnotations`` key
+    that ``pod_annotations`` (the pods' template annotations) carries, then
+    ``ome.io/slice-owner``; configuration validation (A4) keeps these keys apart. The owner
+    name label is the replica name cut to a label value.
+    """
+    meta = _map(replica.get("metadata"))
+    namespace, name, uid = (
+        _str(meta.get("namespace")),
+        _str(meta.get("name")),
+        _str(meta.get("uid")),
+    )
+    settings = config.slice
+    labels = {
+        OWNER_UID_LABEL: uid,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        INSTANCE_LABEL: str(slot.instance),
+        ORDINAL_LABEL: str(slot.ordinal),
+        settings.owner_kind_label: OWNER_KIND,
+        settings.owner_name_label: owner_label_value(name),
+    }
+    annotations = dict(settings.annotations)
+    annotations.update(
+        {k: pod_annotations[k] for k in settings.pod_annotations if k in pod_annotations}
+    )
+    annotations[OWNER_ANNOTATION] = f"{namespace}/{name}"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": slice_name(name, slot, owner_hash(namespace, name, uid)),
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "type": demand.accelerator.slice_type,
+            "topology": str(demand.topology),
+            "partitionIds": [],
+        },
+    }
 
 
-def release(client: Client, name: str, uid: str) -> bool:
-    """Delete our Slice, preconditioned on its UID. True when it is gone or going;
-    a 409 (someone replaced it) leaves the replacement alone."""
-    try:
-        client.delete(SLICES, name, uid=uid)
-    except ApiException as e:
-        if e.status == 409:
-            return False
-        raise
-    return True
+def parse(obj: JSON) -> SliceInfo:
+    """E1: what a Slice says of itself. The state is the reason of its first ``Ready``
+    condition, with that condition's status, message and lastTransitionTime; terminating when
+    ``deletionTimestamp`` is set; partitions from ``spec.partitionIds``; the slot from the
+    index and ordinal labels (D3). Fields of the wrong type read as absent: a Slice someone
+    else wrote is read, never trusted to be well formed."""
+    meta = _map(obj.get("metadata"))
+    labels = _map(meta.get("labels"))
+    spec = _map(obj.get("spec"))
+    conditions = _map(obj.get("status")).get("conditions")
+    ready: JSON = {}
+    for condition in conditions if isinstance(conditions, list) else []:
+        if _map(condition).get("type") == "Ready":
+            ready = _map(condition)
+            break
+    partitions = spec.get("partitionIds")
+    instance, ordinal = (
+        parse_index(labels.get(INSTANCE_LABEL)),
+        parse_index(labels.get(ORDINAL_LABEL)),
+    )
+    return SliceInfo(
+        name=_str(meta.get("name")),
+        uid=_str(meta.get("uid")),
+        resource_version=_str(meta.get("resourceVersion")),
+        created=parse_time(meta.get("creationTimestamp")),
+        owner_uid=_str(labels.get(OWNER_UID_LABEL)),
+        owner=_str(_map(meta.get("annotations")).get(OWNER_ANNOTATION)),
+        slot=Slot(instance, ordinal) if instance is not None and ordinal is not None else None,
+        slice_type=_str(spec.get("type")),
+        topology=_str(spec.get("topology")),
+        state=_str(ready.get("reason")),
+        status=_str(ready.get("status")),
+        message=_str(ready.get("message")),
+        last_transition=parse_time(ready.get("lastTransitionTime")),
+        terminating=bool(_str(meta.get("deletionTimestamp"))),
+        partitions=tuple(p for p in partitions if isinstance(p, str))
+        if isinstance(partitions, list)
+        else (),
+    )

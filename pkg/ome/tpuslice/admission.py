@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from ome.kube import JSON
 
 from . import demand as dem
 from .types import Config
-
-JSON = dict[str, Any]
 
 #: J2: what is logged when the nodes cannot be read and the write is admitted unchecked.
 UNCHECKED_LOG = "Admitting InferenceReplica without checking its TPU slice demand"

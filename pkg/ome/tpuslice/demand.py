@@ -15,10 +15,9 @@ from typing import Any
 
 from kubernetes.utils import quantity as _quantity
 
+from ome.kube import JSON
 from ome.tpuslice.shape import MAX_CHIPS, ShapeError, Topology, hosts, parse_topology
 from ome.tpuslice.types import Accelerator, Config
-
-JSON = dict[str, Any]
 
 #: The prefix of every demand error (B6).
 E = "pods cannot be placed on a provisioned slice"
@@ -29,7 +28,6 @@ OPT_IN_ANNOTATION = "ome.io/tpu-slice-provisioning"
 
 #: The library's parser is untyped; this is the one place its type is stated.
 _parse_quantity: Callable[[str | int | float], object] = _quantity.parse_quantity
-
 
 
 class DemandError(ValueError):

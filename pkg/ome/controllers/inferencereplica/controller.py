@@ -1,25 +1,28 @@
-"""The InferenceReplica reconciler: observes the replica and its pods, asks
-``instances.plan`` what to do, and carries it out (pods, ControllerRevisions, status, the
-teardown finalizer). Keyed by replica; pod events map to it by the replica label.
+"""The InferenceReplica reconciler: observes the replica and its pods, asks ``instances.plan``
+what to do, asks its gates about the Instances about to get pods, settles the plan and
+carries it out (pods, ControllerRevisions, status, the teardown finalizer). Keyed by
+replica; pod events map to it by the replica label.
 
-It never decides lifecycle itself: that is ``instances``. Deletes carry the pod's UID, and a
-pod the cache misses is confirmed with a live read before its Instance is rebuilt.
+It never decides lifecycle itself: that is ``instances``. Deletes carry the pod's UID, a pod
+the cache misses is confirmed with a live read before its Instance is rebuilt, and creates
+and deletes the cache does not show yet are expected, so a lagging cache never repeats one.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import (
     CONTROLLER_REVISIONS,
     INFERENCE_REPLICAS,
+    LABEL_INFERENCE_REPLICA,
     LABEL_MANAGED_BY,
     LABEL_REVISION_HASH,
     controller_reference,
@@ -27,26 +30,39 @@ from ome.api.v1beta1 import (
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.durations import parse_go_duration
-from ome.runtime.client import Client
+from ome.kube import JSON, parse_time, rfc3339
+from ome.runtime.client import Client, api_error, describe_error
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
+from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
-from ome.runtime.rest import JSON, MERGE_PATCH, PODS, status_of
+from ome.runtime.rest import MERGE_PATCH, PODS, status_of
 
 from . import instances
-from .instances import LABEL_REPLICA, Hold, HoldFunc, Observed
+from .instances import Hold, Observed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TEARDOWN = timedelta(minutes=10)
-#: How long a pod we created may stay unseen by the cache before we stop waiting for it.
-EXPECTATION_TTL = 60.0
 
-#: (replica, {instance index: the pods it is about to get}) -> {instance index: hold}
-GateFunc = Callable[[JSON, dict[int, list[JSON]]], dict[int, Hold]]
+
+@dataclass(frozen=True)
+class Gated:
+    """A gate's answer for the Instances about to get pods: ``holds`` by index (the first gate
+    that holds an Instance wins), node selector entries to add to each index's pods, and
+    ``failed`` when a write the gate made failed (the pass is then retried with backoff)."""
+
+    holds: Mapping[int, Hold] = field(default_factory=dict)
+    node_selectors: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
+    failed: bool = False
+
+
+#: (replica, {instance index: the pods it is about to get}) -> what may go ahead, and how.
+GateFunc = Callable[[JSON, Mapping[int, list[JSON]]], Gated]
 
 #: Teardown steps other features add (e.g. releasing TPU slices): (replica) -> None when
-#: done, or a message saying what is still in the way.
+#: done, or a message saying what is still in the way. An API error it raises is what is in
+#: the way.
 TeardownHook = Callable[[JSON], str | None]
 
 
@@ -58,20 +74,13 @@ def now_utc() -> datetime:
 class Hooks:
     """What other features plug into the Instance lifecycle.
 
-    - ``holds``: pure checks asked before an Instance's pods are created.
-    - ``gates``: asked once per pass with every Instance about to get pods
-      (``{index: pods}``); they may act (e.g. provision capacity) and return holds by index.
-    - ``pod_mutators``: applied to every pod before it is created.
-    - ``after_pass``: told the replica and its new rows after a pass that acted (e.g. to
-      release what no Instance needs any more).
+    - ``gates``: asked once per pass with every Instance about to get pods; they may act
+      (e.g. provision capacity) and say which Instances must wait.
     - ``teardown``: asked while a deleted replica is torn down; None when done.
     """
 
-    holds: list[HoldFunc] = field(default_factory=list)
     gates: list[GateFunc] = field(default_factory=list)
     teardown: list[TeardownHook] = field(default_factory=list)
-    pod_mutators: list[Callable[[JSON, JSON], JSON]] = field(default_factory=list)
-    after_pass: list[Callable[[JSON, list[JSON]], None]] = field(default_factory=list)
 
 
 class InferenceReplicaReconciler:
@@ -83,6 +92,7 @@ class InferenceReplicaReconciler:
         recorder: EventRecorder,
         hooks: Hooks | None = None,
         clock: Callable[[], datetime] = now_utc,
+        expectations: Expectations | None = None,
     ) -> None:
         self.client = client
         self.replicas = replicas
@@ -90,22 +100,18 @@ class InferenceReplicaReconciler:
         self.recorder = recorder
         self.hooks = hooks or Hooks()
         self.clock = clock
-        #: replica key -> pod names created and not yet seen by the cache
-        self._expected: TTLCache[str, frozenset[str]] = TTLCache(
-            maxsize=100_000, ttl=EXPECTATION_TTL
-        )
-        #: replica key -> (resourceVersion our last status write replaced, what it wrote):
-        #: the status is the Instances' memory, so a cache still showing the replaced
-        #: version must not be planned from.
-        self._written: TTLCache[str, tuple[str, JSON]] = TTLCache(
-            maxsize=100_000, ttl=EXPECTATION_TTL
-        )
-        pods.add_indexer("replica", _replica_key_of_pod)
+        #: pods created and deleted per replica key that the cache does not show yet; shared
+        #: with whatever else deletes this replica's pods (loss detection)
+        self.expectations = expectations or Expectations()
+        #: the replica status our last write stored: the status is the Instances' memory, so
+        #: a cache still showing the replaced version must not be planned from
+        self._written: LatestWrites[JSON] = LatestWrites()
+        pods.add_indexer("replica", replica_key_of_pod)
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferencereplica", self.reconcile, workers=workers)
         c.watch(self.replicas)
-        c.watch(self.pods, keys=lambda pod: [k] if (k := _replica_key_of_pod_str(pod)) else [])
+        c.watch(self.pods, keys=replica_key_of_pod)
         return c
 
     # -- reconcile -----------------------------------------------------------------------
@@ -113,12 +119,12 @@ class InferenceReplicaReconciler:
     def reconcile(self, key: str) -> Result | None:
         replica = self.replicas.get(key)
         if replica is None:
-            self._expected.pop(key, None)
-            self._written.pop(key, None)
+            self.expectations.forget(key)
+            self._written.forget(key)
             return None
-        written = self._written.get(key)
-        if written is not None and replica["metadata"].get("resourceVersion") == written[0]:
-            replica = copy.deepcopy(written[1])  # the cache has not caught up with our write
+        written = self._written.get(key, str(replica["metadata"].get("resourceVersion", "")))
+        if written is not None:
+            replica = copy.deepcopy(written)  # the cache has not caught up with our write
         meta = replica["metadata"]
         if meta.get("deletionTimestamp"):
             return self._teardown(replica)
@@ -136,59 +142,57 @@ class InferenceReplicaReconciler:
             )
             return None  # the update brings us back
         pods = self.pods.by_index("replica", key)
-        seen = {p["metadata"]["name"] for p in pods}
-        expected = frozenset(self._expected.get(key, frozenset()) - seen)
-        now = self.clock()
-        obs = Observed(replica, pods, now, expected_new=expected, holds=tuple(self.hooks.holds))
-        gone = self._confirm_gone(replica, instances.suspects(obs))
-        holds = tuple(self.hooks.holds)
-        if self.hooks.gates:
-            # A dry plan says which Instances are about to get pods; the gates act on that
-            # (e.g. provision their Slices) and say which must wait.
-            asked: dict[int, list[JSON]] = {}
-
-            def probe(_r: JSON, index: int, wanted: list[JSON]) -> Hold | None:
-                asked[index] = wanted
-                return None
-
-            instances.plan(
-                Observed(
-                    replica,
-                    pods,
-                    now,
-                    expected_new=expected,
-                    confirmed_gone=gone,
-                    holds=(*holds, probe),
+        creating, going = self.expectations.observe(
+            key,
+            {
+                p["metadata"]["name"]: (
+                    str(p["metadata"].get("uid", "")),
+                    bool(p["metadata"].get("deletionTimestamp")),
                 )
-            )
-            gated: dict[int, Hold] = {}
-            if asked:
-                for gate in self.hooks.gates:
-                    gated.update(gate(replica, asked))
-            holds = (*holds, lambda _r, index, _p: gated.get(index))
-        obs = Observed(replica, pods, now, expected_new=expected, confirmed_gone=gone, holds=holds)
+                for p in pods
+            },
+        )
+        now = self.clock()
+        obs = Observed(replica, pods, now, expected_new=creating, going=going)
+        obs = dataclasses.replace(
+            obs, confirmed_gone=self._confirm_gone(replica, instances.suspects(obs))
+        )
         plan = instances.plan(obs)
+        gated = self._gate(replica, plan.about_to_create())
+        instances.settle(plan, gated.holds)
         revision = instances.revision_hash(list(replica["spec"].get("runners") or []))
         self._ensure_revision(replica, revision)
+        failed = gated.failed
         for name, uid in plan.delete:
-            self._delete_pod(meta["namespace"], name, uid)
-        created = set(expected)
-        for planned in plan.create:
-            pod = planned
-            for mutate in self.hooks.pod_mutators:
-                pod = mutate(replica, pod)
-            if self._create_pod(replica, pod):
-                created.add(pod["metadata"]["name"])
-        if created:
-            self._expected[key] = frozenset(created)
-        else:
-            self._expected.pop(key, None)
+            failed |= not self._delete_pod(key, meta["namespace"], name, uid)
+        for pod in plan.create:
+            index = instances.index_of(pod)
+            extra = gated.node_selectors.get(index, {}) if index is not None else {}
+            if extra:
+                pod["spec"].setdefault("nodeSelector", {}).update(extra)
+            failed |= not self._create_pod(key, replica, pod)
         self._write_status(replica, plan.rows, revision)
-        for after in self.hooks.after_pass:
-            after(replica, plan.rows)
+        if failed:
+            return Result(requeue=True)
         if plan.requeue_after is not None:
             return Result(requeue_after=plan.requeue_after)
         return None
+
+    def _gate(self, replica: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+        """Ask every gate about the Instances about to get pods; the first hold wins."""
+        if not pending or not self.hooks.gates:
+            return Gated()
+        holds: dict[int, Hold] = {}
+        selectors: dict[int, dict[str, str]] = {}
+        failed = False
+        for gate in self.hooks.gates:
+            answer = gate(replica, pending)
+            for index, hold in answer.holds.items():
+                holds.setdefault(index, hold)
+            for index, extra in answer.node_selectors.items():
+                selectors.setdefault(index, {}).update(extra)
+            failed |= answer.failed
+        return Gated(holds, selectors, failed)
 
     def _confirm_gone(self, replica: JSON, names: list[str]) -> frozenset[str]:
         """Live reads for pods the cache misses: only a pod the server also lacks is gone."""
@@ -198,31 +202,56 @@ class InferenceReplicaReconciler:
                 gone.add(name)
         return frozenset(gone)
 
-    def _create_pod(self, replica: JSON, pod: JSON) -> bool:
-        ns = replica["metadata"]["namespace"]
+    def _create_pod(self, key: str, replica: JSON, pod: JSON) -> bool:
+        """Create a planned pod, expected until the cache shows it. False when the create
+        failed in a way worth retrying soon; a spec problem is reported and left until the
+        spec changes."""
+        ns, name = replica["metadata"]["namespace"], pod["metadata"]["name"]
+        if not self.expectations.reserve_create(key, name):
+            return True  # already on its way
         try:
-            self.client.create(PODS, pod, ns)
-            return True
+            created = self.client.create(PODS, pod, ns)
         except ApiException as e:
             if e.status == 409:
-                return True  # already there (the cache lags): wait for it
+                self.expectations.created(key, name, "")  # already there (the cache lags)
+                return True
+            self.expectations.create_failed(key, name)
             message = status_of(e).get("message") or f"{e.status} {e.reason}"
             self.recorder.event(
                 replica,
                 "Warning",
                 "PodCreateFailed",
-                f"creating pod {pod['metadata']['name']} failed: {message}",
+                f"creating pod {name} failed: {message}",
             )
             if e.status in (400, 403, 404, 422):
-                return False  # a spec problem: reported, retried when the spec changes
-            raise
+                return True  # a spec problem: reported, retried when the spec changes
+            log.error("creating pod %s/%s failed: %s", ns, name, describe_error(e))
+            return False
+        except Exception as e:
+            self.expectations.create_failed(key, name)
+            if not api_error(e):
+                raise
+            log.error("creating pod %s/%s failed: %s", ns, name, describe_error(e))
+            return False
+        self.expectations.created(key, name, str(created["metadata"].get("uid", "")))
+        return True
 
-    def _delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    def _delete_pod(self, key: str, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod under its UID, expected until the cache shows it going. False when the
+        delete failed and is worth retrying; a 409 means a replacement holds the name."""
+        if not self.expectations.reserve_delete(key, name, uid):
+            return True  # already on its way
         try:
             self.client.delete(PODS, name, namespace, uid=uid)
-        except ApiException as e:
-            if e.status != 409:  # 409: a replacement with the same name; leave it
+        except Exception as e:
+            self.expectations.delete_failed(key, name)
+            if isinstance(e, ApiException) and e.status == 409:
+                return True  # a replacement with the same name; leave it
+            if not api_error(e):
                 raise
+            log.error("deleting pod %s/%s failed: %s", namespace, name, describe_error(e))
+            return False
+        return True
 
     def _ensure_revision(self, replica: JSON, revision: str) -> None:
         meta = replica["metadata"]
@@ -233,7 +262,7 @@ class InferenceReplicaReconciler:
         existing = self.client.live_list(
             CONTROLLER_REVISIONS,
             meta["namespace"],
-            label_selector=f"{LABEL_REPLICA}={meta['name']}",
+            label_selector=f"{LABEL_INFERENCE_REPLICA}={meta['name']}",
         )
         if any(r["metadata"]["name"] == name for r in existing):
             return
@@ -244,7 +273,7 @@ class InferenceReplicaReconciler:
             "metadata": {
                 "name": name,
                 "namespace": meta["namespace"],
-                "labels": {LABEL_REPLICA: meta["name"], LABEL_REVISION_HASH: revision},
+                "labels": {LABEL_INFERENCE_REPLICA: meta["name"], LABEL_REVISION_HASH: revision},
                 "ownerReferences": [controller_reference(replica, "InferenceReplica")],
             },
             "revision": number,
@@ -270,7 +299,7 @@ class InferenceReplicaReconciler:
                 "readyReplicas": len(ready),
                 "availableReplicas": len(ready),
                 "updatedReplicas": sum(1 for r in ready if r.get("runningRevision") == revision),
-                "selector": f"{LABEL_REPLICA}={meta['name']}",
+                "selector": f"{LABEL_INFERENCE_REPLICA}={meta['name']}",
                 "currentRevision": _current_revision(ready, revision, old),
                 "updateRevision": revision,
                 "instanceStatuses": rows,
@@ -297,28 +326,49 @@ class InferenceReplicaReconciler:
             if e.status == 409:
                 return  # a newer replica is on its way to us
             raise
-        self._written[f"{meta['namespace']}/{meta['name']}"] = (meta["resourceVersion"], stored)
+        self._written.wrote(f"{meta['namespace']}/{meta['name']}", meta["resourceVersion"], stored)
 
     # -- teardown ------------------------------------------------------------------------
 
     def _teardown(self, replica: JSON) -> Result | None:
+        """Delete the pods and run the teardown hooks until nothing is in the way, or until
+        the teardown deadline: then the deletion finishes anyway, with a Warning that says
+        what was still in the way (G5). An API error in any step is what is in the way; it
+        never keeps the finalizer past the deadline."""
         meta = replica["metadata"]
         if TEARDOWN_FINALIZER not in (meta.get("finalizers") or []):
             return None
+        key = f"{meta['namespace']}/{meta['name']}"
         ns = meta["namespace"]
         deadline_text = ((replica.get("spec") or {}).get("lifecycle") or {}).get("teardownTimeout")
         try:
             timeout = parse_go_duration(deadline_text) if deadline_text else DEFAULT_TEARDOWN
         except ValueError:
             timeout = DEFAULT_TEARDOWN
-        started = instances.parse_time(meta["deletionTimestamp"]) or self.clock()
+        started = parse_time(meta["deletionTimestamp"]) or self.clock()
+        blocked: list[str] = []
+        pods: list[JSON] = []
+        try:
+            pods = self.client.live_list(
+                PODS, ns, label_selector=f"{LABEL_INFERENCE_REPLICA}={meta['name']}"
+            )
+            for pod in pods:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self._delete_pod(key, ns, pod["metadata"]["name"], pod["metadata"]["uid"])
+        except Exception as e:
+            if not api_error(e):
+                raise
+            blocked.append(f"deleting pods failed: {describe_error(e)}")
+        for hook in self.hooks.teardown:
+            try:
+                waiting = hook(replica)
+            except Exception as e:
+                if not api_error(e):
+                    raise
+                waiting = describe_error(e)
+            if waiting:
+                blocked.append(waiting)
         past_deadline = self.clock() >= started + timeout
-        pods = self.client.live_list(PODS, ns, label_selector=f"{LABEL_REPLICA}={meta['name']}")
-        for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
-                self._delete_pod(ns, pod["metadata"]["name"], pod["metadata"]["uid"])
-        waiting = [h(replica) for h in self.hooks.teardown]
-        blocked = [w for w in waiting if w]
         if (pods or blocked) and not past_deadline:
             left = (started + timeout - self.clock()).total_seconds()
             return Result(requeue_after=max(1.0, min(5.0, left)))
@@ -349,17 +399,13 @@ class InferenceReplicaReconciler:
         return None
 
 
-def _replica_key_of_pod_str(pod: JSON) -> str:
+def replica_key_of_pod(pod: JSON) -> list[str]:
+    """The key of the replica an OMENative pod belongs to, by its replica label."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or LABEL_REPLICA not in labels:
-        return ""
-    return f"{meta.get('namespace', '')}/{labels[LABEL_REPLICA]}"
-
-
-def _replica_key_of_pod(pod: JSON) -> list[str]:
-    key = _replica_key_of_pod_str(pod)
-    return [key] if key else []
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or LABEL_INFERENCE_REPLICA not in labels:
+        return []
+    return [f"{meta.get('namespace', '')}/{labels[LABEL_INFERENCE_REPLICA]}"]
 
 
 def _current_revision(ready: list[JSON], revision: str, old: JSON) -> str:
@@ -382,7 +428,7 @@ def _set_condition(
             "status": status,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": since or instances.rfc3339(now_utc()),
+            "lastTransitionTime": since or rfc3339(now_utc()),
             "observedGeneration": generation,
         }
     )

@@ -1,8 +1,10 @@
 """The Instance lifecycle of an InferenceReplica (behaviour.md M1 to M4), as pure decisions.
 
-``plan`` takes what the reconciler observed (the replica's spec, its status rows, its pods,
-the holds) and returns plain data: the pods to create and delete and the new status rows.
-No I/O and no client types: the reconciler carries the plan out.
+``plan`` takes what the reconciler observed (the replica's spec, its status rows, its pods)
+and returns plain data: the pods to create and delete and the new status rows. Pods an
+operation is about to create wait in ``Plan.pending`` until ``settle`` is told which
+Instances are held (E7, E8), as data. No I/O, no client types and no callables: the
+reconciler asks its gates, settles the plan and carries it out.
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from ome.api.v1beta1 import (
     LABEL_COMPONENT,
@@ -22,32 +23,19 @@ from ome.api.v1beta1 import (
     LABEL_RUNNER,
     controller_reference,
 )
+from ome.api.v1beta1 import LABEL_INFERENCE_REPLICA as LABEL_REPLICA
 from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE as LABEL_ISVC
 from ome.api.v1beta1 import LABEL_INSTANCE_INDEX as LABEL_INDEX
 from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
 from ome.api.v1beta1 import LABEL_REVISION_HASH as LABEL_REVISION
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.durations import parse_go_duration
-
-JSON = dict[str, Any]
-
-#: The replica's own name on its pods and revisions, so they map back to it.
-LABEL_REPLICA = "ome.io/inferencereplica"
+from ome.kube import JSON, parse_time, rfc3339
 
 RUNNERS = ("default", "leader", "worker")
 
 #: The Update step after a surge pod failed: its surge pods are deleted, then made again.
 RETRY_SURGE = "RetrySurge"
-
-
-def rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 # -- revisions and pods ----------------------------------------------------------------------
@@ -195,27 +183,43 @@ class Hold:
     message: str
 
 
-#: (replica, instance index, the pods about to be created) -> a hold, or None to go ahead.
-HoldFunc = Callable[[JSON, int, list[JSON]], Hold | None]
+@dataclass
+class Pending:
+    """An operation's pods that are ready to be created at ``index``, unless a hold parks the
+    operation (E7, E8): what ``settle`` finishes. ``there`` are the pods already at ``index``
+    (a terminating one still holds its name), ``step`` the step the operation moves to."""
+
+    index: int
+    row: JSON
+    op: JSON
+    pods: list[JSON]
+    there: list[JSON]
+    step: str
+    timeout: timedelta | None
+    now: datetime
 
 
 @dataclass
 class Plan:
     """What the reconciler must do: create and delete pods (deletes carry the UID they were
-    decided on), then write ``rows`` as ``status.instanceStatuses``."""
+    decided on), then write ``rows`` as ``status.instanceStatuses``. Until ``settle`` runs,
+    ``pending`` holds the pods each Instance is about to get, by index."""
 
     create: list[JSON] = field(default_factory=list)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (name, uid)
     rows: list[JSON] = field(default_factory=list)
     requeue_after: float | None = None
-    #: Pods of this replica the cache shows gone or failed, to confirm live before a restart.
-    suspects: list[str] = field(default_factory=list)
+    pending: dict[int, Pending] = field(default_factory=dict)
 
     def wake_in(self, seconds: float) -> None:
         seconds = max(seconds, 0.05)
         self.requeue_after = (
             seconds if self.requeue_after is None else min(self.requeue_after, seconds)
         )
+
+    def about_to_create(self) -> dict[int, list[JSON]]:
+        """The pods each Instance is about to get, by index: what gates are asked about."""
+        return {index: list(p.pods) for index, p in sorted(self.pending.items())}
 
 
 @dataclass(frozen=True)
@@ -225,10 +229,11 @@ class Observed:
     replica: JSON
     pods: list[JSON]  # this replica's pods, from the cache
     now: datetime
-    #: pods we created that the cache does not show yet, and pods we deleted that it still does
+    #: pods we created that the cache does not show yet
     expected_new: frozenset[str] = frozenset()
     confirmed_gone: frozenset[str] = frozenset()  # live reads found these pods absent
-    holds: tuple[HoldFunc, ...] = ()
+    #: pods we deleted that the cache still shows alive: read as terminating
+    going: frozenset[str] = frozenset()
 
 
 def _operation(
@@ -269,6 +274,8 @@ def _new_row(index: int, revision: str, now: datetime, timeout: timedelta | None
 
 def plan(obs: Observed) -> Plan:
     """Decide every Instance of the replica: create, hold, update (surge), restart, scale."""
+    if obs.going:
+        obs = replace(obs, pods=[_going(p) if _name(p) in obs.going else p for p in obs.pods])
     replica = obs.replica
     spec = replica.get("spec") or {}
     runners = list(spec.get("runners") or [])
@@ -334,6 +341,35 @@ def plan(obs: Observed) -> Plan:
         _plan_instance(obs, out, row, by_index, runners, revision, timeout, multi, taken)
         out.rows.append(row)
     out.rows.sort(key=lambda r: int(r["index"]))
+    return out
+
+
+def _name(pod: JSON) -> str:
+    return str((pod.get("metadata") or {}).get("name", ""))
+
+
+def _going(pod: JSON) -> JSON:
+    """A pod we deleted, as the cache will show it: terminating."""
+    copied = copy.copy(pod)
+    copied["metadata"] = {**(pod.get("metadata") or {}), "deletionTimestamp": "deleted"}
+    return copied
+
+
+def settle(out: Plan, holds: Mapping[int, Hold]) -> Plan:
+    """Finish ``out`` once the gates have answered: each Instance held (E7) parks its
+    operation, with its deadline parked (E8) and the hold as its last failure; every other
+    pending Instance gets its pods, and its deadline runs from now. Returns ``out``."""
+    for index, p in sorted(out.pending.items()):
+        hold = holds.get(index)
+        if hold is not None:
+            _park(p.row, p.op, hold, p.pods[0]["metadata"]["name"], p.now)
+            out.wake_in(5.0)
+            continue
+        _unpark(p.row, p.op, p.now, p.timeout)
+        out.create.extend(_creatable(out, p.pods, p.there))
+        p.op["step"] = p.step
+        _deadline(out, p.row, p.op, p.now)
+    out.pending = {}
     return out
 
 
@@ -568,16 +604,15 @@ def _create_missing(
     timeout: timedelta | None,
     step: str,
 ) -> None:
-    """Create an operation's missing pods at ``index``, unless a hold parks it (E7/E8).
-    Pods we just created (the cache does not show them yet) are not asked about again."""
+    """An operation's missing pods at ``index`` wait in ``out.pending`` for ``settle``, which
+    creates them unless a hold parks the operation (E7/E8). Pods we just created (the cache
+    does not show them yet) are not asked about again: with none left, the operation goes on."""
     pending = [p for p in missing if p["metadata"]["name"] not in obs.expected_new]
-    hold = _first_hold(obs, index, pending) if pending else None
-    if hold is not None:
-        _park(row, op, hold, pending[0]["metadata"]["name"], obs.now)
-        out.wake_in(5.0)
+    there = by_index.get(index, [])
+    if pending:
+        out.pending[index] = Pending(index, row, op, pending, there, step, timeout, obs.now)
         return
     _unpark(row, op, obs.now, timeout)
-    out.create.extend(_creatable(out, pending, by_index.get(index, [])))
     op["step"] = step
     _deadline(out, row, op, obs.now)
 
@@ -653,14 +688,6 @@ def suspects(obs: Observed) -> list[str]:
     return sorted(out)
 
 
-def _first_hold(obs: Observed, index: int, pods: list[JSON]) -> Hold | None:
-    for hold in obs.holds:
-        result = hold(obs.replica, index, pods)
-        if result is not None:
-            return result
-    return None
-
-
 def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> None:
     """E7/E8: the operation waits on the token, its deadline parked (null)."""
     op["waiting"] = hold.token
@@ -679,8 +706,12 @@ def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> None:
 
 
 def _unpark(row: JSON, op: JSON, now: datetime, timeout: timedelta | None) -> None:
-    """A hold ends: the deadline runs from now (the wait never counts against readiness)."""
+    """A hold ends: the deadline runs from now (the wait never counts against readiness), and
+    the hold's own record leaves ``lastFailure``: it said why the pods waited, which is no
+    longer so."""
     if op.get("waiting"):
+        if (row.get("lastFailure") or {}).get("reason") == op["waiting"]:
+            row["lastFailure"] = None
         op["waiting"] = None
         op["deadline"] = rfc3339(now + timeout) if timeout else None
         op["lastProgressAt"] = rfc3339(now)

@@ -16,11 +16,12 @@ from ome.api.v1beta1 import (
     INFERENCE_SERVICES,
     controller_reference,
 )
+from ome.kube import JSON
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
 from ome.runtime.informer import Informer
-from ome.runtime.rest import JSON, status_of
+from ome.runtime.rest import status_of
 
 from .project import COMPONENTS, SpecError, merge_component, replica_spec
 

@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-JSON = dict[str, Any]
+from ome.kube import JSON
 
 COMPONENTS = ("engine", "decoder", "router")
 DEFAULT_CONTAINER = "ome-container"

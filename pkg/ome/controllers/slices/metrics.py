@@ -4,15 +4,13 @@ pre-created at zero, as the guide promises. Counting only: no decisions here."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from ome.tpuslice import naming
+from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-JSON = dict[str, Any]
 LABELS = ("slice_type", "topology")
 DURATION_BUCKETS = tuple(float(2**i) for i in range(15))  # 1, 2, 4 ... 16384
 
@@ -65,11 +63,12 @@ class SliceMetrics:
 
 class SliceGauge:
     """``ome_tpu_slices{slice_type,topology,state}``, computed at scrape time from the Slice
-    cache, and only while this replica leads (others report nothing)."""
+    cache (Slices with an owner-UID label), and only while this replica leads (others report
+    nothing): terminating, orphaned (no replica has its owner UID), ready or pending."""
 
     def __init__(
         self,
-        slices: Callable[[], list[JSON]],
+        slices: Callable[[], list[SliceInfo]],
         leading: Callable[[], bool],
         owner_uids: Callable[[], set[str]],
         ready_states: tuple[str, ...],
@@ -85,17 +84,15 @@ class SliceGauge:
             owners = self._owner_uids()
             counts: dict[tuple[str, str, str], int] = {}
             for s in self._slices():
-                spec = s.get("spec") or {}
-                state = naming.slice_state(s)
-                if state.terminating:
+                if s.terminating:
                     kind = "terminating"
-                elif (s["metadata"].get("labels") or {}).get(naming.OWNER_UID_LABEL) not in owners:
+                elif s.owner_uid not in owners:
                     kind = "orphaned"
-                elif naming.is_ready(state, self._ready_states):
+                elif s.ready(self._ready_states):
                     kind = "ready"
                 else:
                     kind = "pending"
-                key = (str(spec.get("type", "")), str(spec.get("topology", "")), kind)
+                key = (s.slice_type, s.topology, kind)
                 counts[key] = counts.get(key, 0) + 1
             for (slice_type, topology, kind), n in sorted(counts.items()):
                 family.add_metric([slice_type, topology, kind], n)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from ome.tpuslice import naming
+from ome.tpuslice import hosts as host_rules
 from ome.tpuslice.shape import ShapeError, hosts, parse_topology
 
 from .model import (
@@ -164,7 +164,7 @@ def pod_active(pod: JSON) -> bool:
 
 def tolerates(tolerations: Iterable[JSON], taint: JSON) -> bool:
     """Kubernetes' toleration matching, as the product's host vetting does it."""
-    return naming.tolerates(
+    return host_rules.tolerates(
         list(tolerations),
         str(taint.get("key") or ""),
         str(taint.get("value") or ""),

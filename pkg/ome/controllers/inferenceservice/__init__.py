@@ -1,0 +1,1 @@
+"""The InferenceService controller: it projects each component onto an InferenceReplica."""

@@ -1,0 +1,62 @@
+"""Demand validation (behaviour.md B6, C1, I): whether an opted-in replica's Instances need a
+Slice, of which shape, or cannot have one; a replica whose pods cannot fill a provisionable
+Slice has every Instance about to get pods withheld, with a SliceDemandInvalid Warning each.
+
+Owns the verdict and its holds and events. It must never do I/O, read a clock or look at a
+Slice: what exists changes nothing about what the pods ask for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ome.controllers.inferencereplica.instances import Hold
+from ome.tpuslice import demand as shapes
+from ome.tpuslice.demand import Demand
+from ome.tpuslice.types import Config
+
+from . import messages
+from .model import Event, Replica
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A replica's demand: the Slice shape every Instance needs (``demand``), none (not opted
+    in, or a pool OME does not provision: pods are created unconfined), or ``error``, the
+    user's reason its pods cannot have one."""
+
+    demand: Demand | None = None
+    error: str = ""
+
+
+def validate(replica: Replica, config: Config, provision_only: Iterable[str] | None) -> Verdict:
+    """C1 then B6. ``provision_only`` holds the accelerator label values that have
+    provision-only nodes; None when they could not be read (B6.3: checked as if they had)."""
+    if not replica.opted_in:
+        return Verdict()
+    known = set(provision_only) if provision_only is not None else None
+    try:
+        return Verdict(shapes.demand(list(replica.pod_specs), config, known))
+    except shapes.DemandError as e:
+        return Verdict(error=str(e))
+
+
+def withhold(
+    verdict: Verdict, replica: Replica, indexes: Iterable[int]
+) -> tuple[dict[int, Hold], list[Event]]:
+    """I: an invalid demand withholds each Instance about to get pods, with a
+    SliceDemandInvalid Warning on the InferenceService for each."""
+    if not verdict.error:
+        return {}, []
+    holds: dict[int, Hold] = {}
+    events: list[Event] = []
+    for index in sorted(indexes):
+        holds[index] = Hold(messages.DEMAND_INVALID, verdict.error)
+        events.append(
+            Event(
+                messages.SLICE_DEMAND_INVALID,
+                messages.withheld(replica.component, index, verdict.error),
+            )
+        )
+    return holds, events

@@ -1,0 +1,171 @@
+"""Every text of TPU slice provisioning that users read: hold messages, events and log lines,
+each beside the rule of ``behaviour.md`` that produces it (the rule's id is in its docstring).
+Users compare them with the guide, so they are built here and nowhere else.
+
+Pure: strings in, strings out. It decides nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import timedelta
+
+from ome.durations import format_go_duration
+
+# -- tokens and event reasons (E7, I) -----------------------------------------------------------
+
+#: E7: the waiting token of an operation whose Instance's Slice is not ready.
+CAPACITY = "CapacityProvisioning"
+#: The waiting token of an Instance whose pods cannot fill a provisionable Slice (B6).
+DEMAND_INVALID = "SliceDemandInvalid"
+
+SLICE_DEMAND_INVALID = "SliceDemandInvalid"
+SLICE_OWNERSHIP_CONFLICT = "SliceOwnershipConflict"
+SLICE_HOST_UNAVAILABLE = "SliceHostUnavailable"
+SLICE_READY_TIMEOUT = "SliceReadyTimeout"
+SLICE_LOST = "SliceLost"
+SLICE_RELEASE_DEFERRED = "SliceReleaseDeferred"
+
+# -- L: startup ---------------------------------------------------------------------------------
+
+#: L: the exact line when the Slice CRD is missing at start.
+CRD_MISSING_LOG = (
+    "The InferenceReplica controller won't provision TPU slices because the "
+    "accelerator.gke.io/v1beta1 Slice CRD is not available; pods are created without slices "
+    "until it is installed and the manager restarts."
+)
+
+# -- I: events on the InferenceService ----------------------------------------------------------
+
+
+def withheld(component: str, index: int, reason: str) -> str:
+    """I: ``OMENative component=<c> instance=<i> withheld: <reason>``, the text of
+    SliceDemandInvalid, SliceOwnershipConflict, SliceHostUnavailable and SliceReadyTimeout."""
+    return f"OMENative component={component} instance={index} withheld: {reason}"
+
+
+# -- E3: why a slot waits for its Slice ---------------------------------------------------------
+
+
+def owned_by_another(name: str) -> str:
+    """E3: a Slice at our name without our owner UID (SliceOwnershipConflict)."""
+    return f"slice is owned by another object: {name}"
+
+
+def being_released(name: str) -> str:
+    """E3: the slot's Slice is terminating (or our delete of it is in flight)."""
+    return f"slice {name} is being released"
+
+
+def wrong_shape(name: str, have: tuple[str, str], want: tuple[str, str]) -> str:
+    """E3: the slot's Slice has another type or topology than the pods select."""
+    return (
+        f"slice {name} is {have[0]} {have[1]}, want {want[0]} {want[1]}; it is replaced once "
+        "no pod holds it"
+    )
+
+
+def waiting_for_partitions(name: str) -> str:
+    """E3: no state and no partitions (also a Slice not created yet, and a ready one whose
+    partitions are gone: either way it waits for capacity, E4)."""
+    return f"slice {name} is waiting for partition assignment"
+
+
+def partitions_without_state(name: str) -> str:
+    """E3: partitions and no state yet."""
+    return f"slice {name} has partitions assigned and no state yet"
+
+
+def not_ready(name: str, state: str, status: str, message: str) -> str:
+    """E3: a state that is not a ready one, or a ready one whose readiness is Unknown."""
+    detail = f": {message}" if message else ""
+    if status == "Unknown":
+        return f"slice {name} is {state}, but its readiness is unknown{detail}"
+    return f"slice {name} is {state}{detail}"
+
+
+# -- E5, E6: recycles ---------------------------------------------------------------------------
+
+RECYCLED = "it is released and provisioned again once no pod holds it"
+
+
+def ready_timeout(reason: str, waited: timedelta, timeout: timedelta) -> str:
+    """E5: ``<E3 reason> for <waited>, longer than the <timeout> ready timeout; ...``, with
+    both as Go prints durations and the wait rounded up to whole seconds (``11m3s``), so that
+    it always reads longer than the timeout it exceeded."""
+    whole = timedelta(seconds=math.ceil(waited.total_seconds()))
+    return (
+        f"{reason} for {format_go_duration(whole)}, longer than the "
+        f"{format_go_duration(timeout)} ready timeout; {RECYCLED}"
+    )
+
+
+def hosts_unavailable(name: str, state: str, problems: Iterable[str]) -> str:
+    """E6: a ready Slice with a host its pods cannot use (F)."""
+    return f"slice {name} is {state}, but {', '.join(problems)}; {RECYCLED}"
+
+
+def hosts_not_visible(name: str, state: str, found: int, need: int) -> str:
+    """E6: a ready Slice whose hosts are not all labelled yet (pods wait, no event)."""
+    return f"slice {name} is {state}, but only {found} of its {need} hosts are visible yet"
+
+
+# -- G: release ---------------------------------------------------------------------------------
+
+
+def release_deferred(name: str, holders: Iterable[str]) -> str:
+    """G2: the SliceReleaseDeferred event on the InferenceReplica."""
+    return (
+        f"TPU slice {name} is kept: pods of other workloads hold chips on its hosts "
+        f"({', '.join(holders)}); it is released once they are gone"
+    )
+
+
+def still_held(name: str, holders: Iterable[str]) -> str:
+    """G5's ``<err>`` for a Slice other workloads keep past the teardown deadline."""
+    return (
+        f"TPU slice {name} is kept: pods of other workloads hold chips on its hosts "
+        f"({', '.join(holders)})"
+    )
+
+
+def still_releasing(name: str) -> str:
+    """G5's ``<err>`` for a Slice whose delete was accepted but that is not gone yet (GKE
+    holds it behind its finalizer while it releases the partition)."""
+    return f"TPU slice {name} is still being released"
+
+
+def release_failed(name: str, error: str) -> str:
+    """G5's ``<err>`` for a Slice whose delete the API refused."""
+    return f"deleting TPU slice {name} failed: {error}"
+
+
+def teardown_failed(errors: Iterable[str], uid: str) -> str:
+    """G5: the TeardownDeadlineExceeded text after ``teardown deadline exceeded; ``, with the
+    errors joined by newlines, as joined errors are."""
+    return (
+        f"releasing owned TPU slices failed: {chr(10).join(errors)}; delete the slices labeled "
+        f"ome.io/slice-owner-uid={uid} by hand"
+    )
+
+
+# -- H: loss ------------------------------------------------------------------------------------
+
+WAS_DELETED = "was deleted"
+LOST_PARTITIONS = "lost its partitions"
+
+
+def moved_off(nodes: list[str]) -> str:
+    """H3: ``moved off node <n>`` or ``moved off nodes <a>, <b>``."""
+    return (
+        f"moved off node {nodes[0]}" if len(nodes) == 1 else f"moved off nodes {', '.join(nodes)}"
+    )
+
+
+def lost(name: str, why: str, pods: Iterable[str]) -> str:
+    """H4: the SliceLost Warning."""
+    return (
+        f"TPU slice {name} {why} while pods {', '.join(pods)} ran on it; they are deleted so "
+        "that their Instance is rebuilt"
+    )

@@ -1,0 +1,264 @@
+"""Wires the five slice reconcilers to the manager's shared informers: it observes (reads the
+caches into ``plan``'s observed values), plans, and has ``act`` carry the plan out. Three
+entry points share the caches and the expectations:
+
+- ``gate``, asked by the InferenceReplica pass about the Instances about to get pods: demand
+  validation, slice provisioning and readiness gating, whose holds that pass settles;
+- the ``tpuslice`` controller, keyed by replica: release and loss detection, woken by any
+  change of the replica, its pods, its Slices, their hosts and the pods of others on those
+  hosts, so that neither waits for (or depends on) the InferenceReplica pass;
+- ``teardown``, the replica's teardown hook (G5).
+
+It owns no decision and writes nothing itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+
+from ome.controllers.inferencereplica.controller import Gated, replica_key_of_pod
+from ome.kube import JSON
+from ome.provider import gke
+from ome.runtime.client import Client
+from ome.runtime.controller import Controller, Result
+from ome.runtime.events import EventRecorder
+from ome.runtime.expectations import Expectations
+from ome.runtime.informer import Informer, index_by_label, index_by_node_name
+from ome.tpuslice import demand as shapes
+from ome.tpuslice.hosts import Host
+from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
+from ome.tpuslice.slices import SliceInfo
+from ome.tpuslice.types import Config
+
+from .act import SliceActor
+from .metrics import SliceMetrics
+from .model import Pod, Replica, slots_of
+from .plan import GateObservation, ReleaseObservation, gate_pass, release_pass
+
+log = logging.getLogger(__name__)
+
+#: The index of OME's pods by the key of their replica (the InferenceReplica controller's
+#: too: the same name and function).
+BY_REPLICA = "replica"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def holder_view(config: Config) -> Callable[[JSON], JSON]:
+    """The cache transform of the informer over every pod: only what G2 and the routing of a
+    holder's changes read (identity, node, the slice selector, container resources, phase),
+    so that watching all pods costs little memory."""
+
+    def strip(pod: JSON) -> JSON:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        kept_meta = {
+            k: meta[k]
+            for k in (
+                "name",
+                "namespace",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+            )
+            if k in meta
+        }
+        kept_spec: JSON = {
+            "containers": [
+                {"name": c.get("name"), "resources": c.get("resources") or {}}
+                for c in spec.get("containers") or []
+                if isinstance(c, dict)
+            ]
+        }
+        if spec.get("nodeName"):
+            kept_spec["nodeName"] = spec["nodeName"]
+        if isinstance(selector, dict) and config.slice_label in selector:
+            kept_spec["nodeSelector"] = {config.slice_label: selector[config.slice_label]}
+        return {
+            "metadata": kept_meta,
+            "spec": kept_spec,
+            "status": {"phase": (pod.get("status") or {}).get("phase")},
+        }
+
+    return strip
+
+
+class SliceReconcilers:
+    """The slice reconcilers of one manager, over its shared informers: ``slices`` (every
+    Slice), ``nodes``, ``pods`` (OME's, indexed by replica), ``holders`` (every pod, through
+    ``holder_view``) and ``replicas``. ``pod_expectations`` are the InferenceReplica
+    controller's, since loss detection deletes that controller's pods too."""
+
+    def __init__(
+        self,
+        client: Client,
+        config: Config,
+        slices: Informer,
+        nodes: Informer,
+        pods: Informer,
+        holders: Informer,
+        replicas: Informer,
+        recorder: EventRecorder,
+        metrics: SliceMetrics,
+        pod_expectations: Expectations,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.config = config
+        self.slices, self.nodes, self.pods = slices, nodes, pods
+        self.holders, self.replicas = holders, replicas
+        self.clock = clock
+        #: our Slice creates and deletes the cache does not show yet, per replica key
+        self.expectations = Expectations()
+        self.actor = SliceActor(
+            client, config, recorder, metrics, self.expectations, pod_expectations, clock
+        )
+        slices.add_indexer("owner", index_by_label(OWNER_UID_LABEL))
+        nodes.add_indexer("slice", index_by_label(config.slice_label))
+        nodes.add_indexer("provision-only", self._provision_only_accelerator)
+        holders.add_indexer("node", index_by_node_name)
+        pods.add_indexer(BY_REPLICA, replica_key_of_pod)
+
+    # -- observing -----------------------------------------------------------------------
+
+    def _provision_only_accelerator(self, node: JSON) -> list[str]:
+        value = shapes.provision_only_accelerator(node, self.config)
+        return [value] if value else []
+
+    def _provision_only(self) -> frozenset[str]:
+        """B6.3: the accelerator label values that have provision-only nodes, from an index."""
+        return frozenset(self.nodes.index_values("provision-only"))
+
+    def _owned(self, replica: Replica) -> dict[str, SliceInfo]:
+        return {
+            s.name: s
+            for s in (gke.parse(o) for o in self.slices.by_index("owner", replica.uid))
+            if s.owned_by(replica.uid)
+        }
+
+    def _at(self, names: Iterable[str]) -> dict[str, SliceInfo]:
+        found = {}
+        for name in names:
+            obj = self.slices.get(name)
+            if obj is not None:
+                found[name] = gke.parse(obj)
+        return found
+
+    def _hosts(self, name: str) -> tuple[Host, ...]:
+        return tuple(
+            Host.from_node(n, self.config.slice_label) for n in self.nodes.by_index("slice", name)
+        )
+
+    def _expected(
+        self, replica: Replica, *views: Mapping[str, SliceInfo]
+    ) -> tuple[frozenset[str], frozenset[str]]:
+        cached = {n: (s.uid, s.terminating) for view in views for n, s in view.items()}
+        return self.expectations.observe(replica.key, cached)
+
+    # -- the gate (the InferenceReplica pass) ----------------------------------------------
+
+    def gate(self, raw: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+        replica = Replica.from_json(raw)
+        slots = slots_of(replica, pending)
+        at = self._at(replica.slice_name(s) for s in slots.values())
+        creating, releasing = self._expected(replica, self._owned(replica), at)
+        obs = GateObservation(
+            replica=replica,
+            config=self.config,
+            slots=slots,
+            provision_only=self._provision_only(),
+            slices=at,
+            hosts={name: self._hosts(name) for name in at},
+            creating=creating,
+            releasing=releasing,
+            now=self.clock(),
+        )
+        outcome = self.actor.gate(obs, gate_pass(obs))
+        selectors = {i: {self.config.slice_label: name} for i, name in outcome.confine.items()}
+        return Gated(outcome.holds, selectors, outcome.failed)
+
+    # -- the tpuslice controller: release and loss --------------------------------------------
+
+    def reconcile(self, key: str) -> Result | None:
+        raw = self.replicas.get(key)
+        if raw is None:
+            self.expectations.forget(key)
+            return None
+        replica = Replica.from_json(raw)
+        if replica.deleting:
+            return None  # teardown's
+        owned = self._owned(replica)
+        pods = tuple(
+            Pod.from_json(p, self.config.slice_label, self.config.chip_resource)
+            for p in self.pods.by_index(BY_REPLICA, key)
+        )
+        named = self._at({p.slice_name for p in pods if p.slice_name})
+        nodes: dict[str, Host | None] = {}
+        for node in {p.node for p in pods if p.node}:
+            obj = self.nodes.get(node)
+            nodes[node] = Host.from_node(obj, self.config.slice_label) if obj else None
+        _, releasing = self._expected(replica, owned, named)
+        obs = ReleaseObservation(
+            replica=replica,
+            config=self.config,
+            provision_only=self._provision_only(),
+            owned=tuple(owned.values()),
+            named=named,
+            pods=pods,
+            nodes=nodes,
+            releasing=releasing,
+        )
+        outcome = self.actor.release(obs, release_pass(obs))
+        if outcome.failed:
+            return Result(requeue=True)
+        if outcome.retry_after is not None:
+            return Result(requeue_after=outcome.retry_after)
+        return None
+
+    def teardown(self, raw: JSON) -> str | None:
+        replica = Replica.from_json(raw)
+        waiting = self.actor.teardown(replica)
+        if waiting is None:
+            self.expectations.forget(replica.key)
+        return waiting
+
+    def controller(self, workers: int = 2) -> Controller:
+        c = Controller("tpuslice", self.reconcile, workers=workers)
+        c.watch(self.replicas)
+        c.watch(self.pods, keys=replica_key_of_pod)
+        c.watch(self.slices, keys=slice_owner_keys)
+        c.watch(self.nodes, keys=self.node_owner_keys)
+        c.watch(self.holders, keys=self.holder_owner_keys)
+        return c
+
+    # -- routing events to replica keys ---------------------------------------------------
+
+    def node_owner_keys(self, node: JSON) -> list[str]:
+        """A node routes to the owner of the Slice its slice label names."""
+        name = ((node.get("metadata") or {}).get("labels") or {}).get(self.config.slice_label)
+        found = self.slices.get(name) if isinstance(name, str) and name else None
+        return slice_owner_keys(found) if found is not None else []
+
+    def holder_owner_keys(self, pod: JSON) -> list[str]:
+        """A pod that requests chips routes to the owner of the Slice on whose host it is
+        bound: its going may let a deferred release go (G2)."""
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return []
+        try:
+            if shapes.pod_chips(pod.get("spec") or {}, self.config.chip_resource) <= 0:
+                return []
+        except ValueError:
+            pass  # unreadable chips count as holding
+        host = self.nodes.get(node)
+        return self.node_owner_keys(host) if host is not None else []
+
+
+def slice_owner_keys(slice_obj: JSON) -> list[str]:
+    """The replica key a Slice's ``ome.io/slice-owner`` annotation names (none if absent)."""
+    owner = ((slice_obj.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
+    return [owner] if isinstance(owner, str) and owner.count("/") == 1 else []

@@ -1,0 +1,300 @@
+"""The act layer of the slice reconcilers against an in-memory API: what it writes, counts and
+records for a plan, and that expectations keep concurrent passes from losing or repeating a
+create. No server: the fake answers as the API server would (409 on a taken name)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry
+from urllib3.exceptions import ProtocolError
+
+from ome.controllers.slices.act import SliceActor
+from ome.controllers.slices.metrics import SliceMetrics
+from ome.controllers.slices.model import Replica
+from ome.controllers.slices.plan import GateObservation, gate_pass
+from ome.provider import gke
+from ome.runtime.expectations import Expectations
+from ome.tpuslice.config import parse
+from ome.tpuslice.hosts import Host
+from ome.tpuslice.naming import Slot
+from ome.tpuslice.types import GUIDE_CONFIG_JSON
+
+JSON = dict[str, Any]
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+NAMESPACE = "qwen3-tpu"
+CONFIG = parse(GUIDE_CONFIG_JSON)
+assert CONFIG is not None
+SERIES = {"slice_type": "tpu7x", "topology": "2x2x1"}
+
+
+def replica_json(name: str = "qwen3-tpu-engine", uid: str = "uid-1", replicas: int = 1) -> JSON:
+    template = {
+        "metadata": {"annotations": {"ome.io/tpu-slice-provisioning": "true"}},
+        "spec": {
+            "nodeSelector": {
+                "cloud.google.com/gke-tpu-accelerator": "tpu7x",
+                "cloud.google.com/gke-tpu-topology": "2x2x1",
+            },
+            "containers": [{"name": "c", "resources": {"limits": {"google.com/tpu": 4}}}],
+        },
+    }
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceReplica",
+        "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "resourceVersion": "7"},
+        "spec": {
+            "component": "engine",
+            "replicas": replicas,
+            "runners": [{"name": "default", "template": template}],
+        },
+        "status": {"instanceStatuses": []},
+    }
+
+
+@dataclass
+class FakeAPI:
+    """Slices by name, as the server holds them; ``creates`` counts the create requests that
+    reached it. ``fail`` is raised by the next create, if set."""
+
+    slices: dict[str, JSON] = field(default_factory=dict)
+    creates: dict[str, int] = field(default_factory=dict)
+    fail: Exception | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    uids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def create(self, res: Any, body: JSON, namespace: str | None = None) -> JSON:
+        assert res == gke.SLICES
+        name = body["metadata"]["name"]
+        with self.lock:
+            self.creates[name] = self.creates.get(name, 0) + 1
+            if self.fail is not None:
+                error, self.fail = self.fail, None
+                raise error
+            if name in self.slices:
+                raise ApiException(status=409, reason="Conflict")
+            stored = copy.deepcopy(body)
+            stored["metadata"]["uid"] = f"slice-uid-{next(self.uids)}"
+            stored["metadata"]["resourceVersion"] = "1"
+            self.slices[name] = stored
+            return copy.deepcopy(stored)
+
+    def live_get_or_none(self, res: Any, name: str, namespace: str | None = None) -> JSON | None:
+        with self.lock:
+            found = self.slices.get(name)
+            return copy.deepcopy(found) if found is not None else None
+
+    def live_list(self, *args: Any, **kwargs: Any) -> list[JSON]:
+        return []
+
+
+@dataclass
+class Recorder:
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def actor(api: FakeAPI, recorder: Recorder, registry: CollectorRegistry) -> SliceActor:
+    return SliceActor(
+        api,  # type: ignore[arg-type]
+        CONFIG,
+        recorder,  # type: ignore[arg-type]
+        SliceMetrics(CONFIG, registry),
+        Expectations(),
+        Expectations(),
+        lambda: NOW,
+    )
+
+
+def observe(
+    replica: Replica, cache: dict[str, JSON], expectations: Expectations, slots: dict[int, Slot]
+) -> GateObservation:
+    """What the reconciler observes: the Slices the (possibly lagging) cache shows at the
+    slots' names, and the expectations the cache does not meet yet."""
+    at = {
+        n: gke.parse(cache[n])
+        for n in (replica.slice_name(s) for s in slots.values())
+        if n in cache
+    }
+    creating, releasing = expectations.observe(
+        replica.key, {n: (s.uid, s.terminating) for n, s in at.items()}
+    )
+    return GateObservation(
+        replica=replica,
+        config=CONFIG,
+        slots=slots,
+        provision_only=frozenset({"tpu7x"}),
+        slices=at,
+        hosts={},
+        creating=creating,
+        releasing=releasing,
+        now=NOW,
+    )
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, {**SERIES, **labels}) or 0.0
+
+
+def test_a_create_that_meets_a_foreign_slice_holds_on_the_conflict_in_the_same_pass() -> None:
+    """E3: on AlreadyExists the Slice is read live; a foreign one holds the slot on the
+    conflict, with its SliceOwnershipConflict Warning and the metric, in that same pass."""
+    replica = Replica.from_json(replica_json())
+    name = replica.slice_name(Slot(0, 0))
+    api = FakeAPI()
+    api.slices[name] = {
+        "metadata": {"name": name, "uid": "foreign", "labels": {"team": "other"}},
+        "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
+    }
+    recorder, registry = Recorder(), CollectorRegistry()
+    act = actor(api, recorder, registry)
+    obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})  # the cache has not seen it
+    plan = gate_pass(obs)
+    assert [c.name for c in plan.creates] == [name]
+    out = act.gate(obs, plan)
+    assert out.holds[0].message == f"slice is owned by another object: {name}"
+    assert out.confine == {} and not out.failed
+    assert recorder.events == [
+        (
+            "Warning",
+            "SliceOwnershipConflict",
+            "OMENative component=engine instance=0 withheld: slice is owned by another object: "
+            f"{name}",
+        )
+    ]
+    assert sample(registry, "ome_tpu_slice_create_failures_total", reason="OwnershipConflict") == 1
+    assert api.slices[name]["metadata"]["uid"] == "foreign", "never touched"
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        pytest.param(ProtocolError("Connection aborted"), "Unknown", id="no answer"),
+        pytest.param(ConnectionResetError("reset"), "Unknown", id="connection reset"),
+        pytest.param(TimeoutError("timed out"), "Unknown", id="timeout"),
+        pytest.param(
+            ApiException(status=500, reason="Internal Server Error"),
+            "Unknown",
+            id="500 without a Status body",
+        ),
+    ],
+)
+def test_a_create_that_fails_without_an_api_status_counts_unknown(
+    error: Exception, reason: str
+) -> None:
+    """K: a create that fails without an API status reason counts ``reason="Unknown"``; the
+    pass reports a failure (retried with backoff) and the next one may create again."""
+    replica = Replica.from_json(replica_json())
+    api, recorder, registry = FakeAPI(fail=error), Recorder(), CollectorRegistry()
+    act = actor(api, recorder, registry)
+    obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
+    out = act.gate(obs, gate_pass(obs))
+    assert out.failed
+    assert sample(registry, "ome_tpu_slice_create_failures_total", reason=reason) == 1
+    assert sample(registry, "ome_tpu_slice_created_total") == 0
+    again = act.gate(obs, gate_pass(obs))  # the failed create left no expectation behind
+    assert not again.failed and sample(registry, "ome_tpu_slice_created_total") == 1
+
+
+def test_a_create_failure_counts_the_api_status_reason() -> None:
+    error = ApiException(status=500, reason="Internal Server Error")
+    error.body = '{"kind": "Status", "reason": "InternalError", "message": "boom"}'
+    replica = Replica.from_json(replica_json())
+    api, recorder, registry = FakeAPI(fail=error), Recorder(), CollectorRegistry()
+    act = actor(api, recorder, registry)
+    obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
+    assert act.gate(obs, gate_pass(obs)).failed
+    assert sample(registry, "ome_tpu_slice_create_failures_total", reason="InternalError") == 1
+
+
+def test_concurrent_passes_with_a_lagging_cache_create_each_slice_exactly_once() -> None:
+    """Workers plan and act for many replicas at once, as the controllers' workers do (one
+    pass per replica at a time, as the workqueue guarantees), against a cache that shows each
+    create only some passes later. Every slot gets its Slice, each create request reaches the
+    API exactly once, and once the cache has caught up no expectation is left."""
+    replicas = [Replica.from_json(replica_json(f"r{i}", f"uid-{i}", replicas=3)) for i in range(6)]
+    slots = {i: Slot(i, 0) for i in range(3)}
+    api, recorder, registry = FakeAPI(), Recorder(), CollectorRegistry()
+    act = actor(api, recorder, registry)
+    cache: dict[str, JSON] = {}
+    cache_lock = threading.Lock()
+    key_locks = {r.key: threading.Lock() for r in replicas}
+    rng = random.Random(7)
+
+    def lag() -> None:
+        """The informer: copies some of the server's Slices into the cache, late."""
+        with api.lock:
+            server = {n: copy.deepcopy(s) for n, s in api.slices.items()}
+        with cache_lock:
+            for name, obj in server.items():
+                if name not in cache and rng.random() < 0.2:
+                    cache[name] = obj
+
+    def work(seed: int, barrier: threading.Barrier) -> None:
+        own = random.Random(seed)
+        barrier.wait()
+        for _ in range(150):
+            replica = own.choice(replicas)
+            with key_locks[replica.key]:
+                with cache_lock:
+                    view = dict(cache)
+                obs = observe(replica, view, act.slices, slots)
+                out = act.gate(obs, gate_pass(obs))
+                assert not out.failed
+            lag()
+
+    barrier = threading.Barrier(4)
+    threads = [threading.Thread(target=work, args=(s, barrier)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    wanted = {r.slice_name(s) for r in replicas for s in slots.values()}
+    assert set(api.slices) == wanted, "no create lost"
+    assert api.creates == dict.fromkeys(wanted, 1), "no create repeated, none met a 409"
+    assert sample(registry, "ome_tpu_slice_created_total") == len(wanted)
+    cache.update(api.slices)  # the informer catches up
+    for replica in replicas:
+        observe(replica, cache, act.slices, slots)
+        assert act.slices.pending(replica.key) == (frozenset(), frozenset())
+
+
+def test_the_ledger_backs_off_a_deferred_release_and_forgets_it_once_released() -> None:
+    act = actor(FakeAPI(), Recorder(), CollectorRegistry())
+    waits = [act.ledger.deferred("s") for _ in range(9)]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    act.ledger.released("s")
+    assert act.ledger.deferred("s") == 1.0
+
+
+def test_a_slice_we_created_is_timed_from_its_create_to_its_first_ready_state_once() -> None:
+    """K: ``ome_tpu_slice_provision_duration_seconds`` observes create to first ready, once."""
+    replica = Replica.from_json(replica_json())
+    api, registry = FakeAPI(), CollectorRegistry()
+    act = actor(api, Recorder(), registry)
+    obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
+    act.gate(obs, gate_pass(obs))
+    name = replica.slice_name(Slot(0, 0))
+    ready = copy.deepcopy(api.slices[name])
+    ready["spec"]["partitionIds"] = ["p0"]
+    ready["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "ACTIVE"}]}
+    act.clock = lambda: NOW + timedelta(seconds=3)
+    for _ in range(2):
+        seen = observe(replica, {name: ready}, act.slices, {0: Slot(0, 0)})
+        seen = replace(seen, hosts={name: (Host("node-0", slice_name=name),)})
+        out = act.gate(seen, gate_pass(seen))
+        assert out.confine == {0: name} and out.holds == {}
+    count = "ome_tpu_slice_provision_duration_seconds_count"
+    assert sample(registry, count) == 1
+    assert sample(registry, "ome_tpu_slice_provision_duration_seconds_sum") == 3.0
