@@ -12,10 +12,13 @@ from collections.abc import Callable
 import pytest
 
 from ome.runtime.expectations import DEFAULT_TTL, Expectations, LatestWrites
+from test.unit import slicekit
 
-KEY = "qwen3-tpu/qwen3-tpu-engine"
-OTHER_KEY = "qwen3-tpu/qwen3-tpu-decoder"
-NAME = "qwen3-tpu-engine-0-0-30d2d711"
+#: The owner key of the guide's replica, and of another.
+KEY = f"{slicekit.NAMESPACE}/{slicekit.NAME}"
+OTHER_KEY = f"{slicekit.NAMESPACE}/qwen3-tpu-decoder"
+#: The name of the guide's replica's first Slice, and a UID of that Slice.
+NAME = slicekit.N
 UID = "slice-uid-1"
 NOTHING: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
@@ -314,7 +317,7 @@ def test_a_key_without_expectations_is_not_kept(exp: Expectations, clock: Clock)
 # -- many workers at once --------------------------------------------------------------------------
 
 THREADS = 16
-NAMES = [f"qwen3-tpu-engine-{i}-0-30d2d711" for i in range(500)]
+NAMES = [slicekit.n(i) for i in range(500)]
 
 
 def race(claim: Callable[[str], bool], items: list[str] = NAMES) -> dict[str, int]:

@@ -5,8 +5,8 @@ which slot (D4), and what a Slice says of itself (E1, E2), read into ``SliceInfo
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -26,34 +26,17 @@ from ome.tpuslice.naming import (
 )
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
-from ome.tpuslice.types import Accelerator, Config, SliceSettings
+from test.unit.slicekit import CONFIG as GUIDE
+from test.unit.slicekit import JSON, NAME, NAMESPACE, ONE_HOST, READY_STATES, TPU7X, UID
 
-JSON = dict[str, Any]
-
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-REPLICA: JSON = {"metadata": {"name": "qwen3-tpu-engine", "namespace": "qwen3-tpu", "uid": UID}}
-TPU7X = Accelerator("tpu7x", "tpu7x", 4, ("2x2x1", "2x2x2"))
-DEMAND = Demand(TPU7X, Topology((2, 2, 1)), hosts=1, pods=1, chips_per_pod=4)
-READY_STATES = ("ACTIVE", "ACTIVE_DEGRADED")
-CONFIG = Config(
-    chip_resource="google.com/tpu",
-    accelerator_label="cloud.google.com/gke-tpu-accelerator",
-    topology_label="cloud.google.com/gke-tpu-topology",
-    slice_label="cloud.google.com/gke-tpu-slice",
-    provision_only_key="cloud.google.com/gke-accelerator-topology-mode",
-    provision_only_value="PROVISION_ONLY",
-    accelerators={"tpu7x": TPU7X},
-    slice=SliceSettings(
-        owner_kind_label="cloud.google.com/slice-owner-kind",
-        owner_name_label="cloud.google.com/slice-owner-name",
-        annotations=MappingProxyType(
-            {
-                "cloud.google.com/managed-by": "slice-scheduler",
-                "slice.gke.io/retry-on-failure": "true",
-            }
-        ),
+REPLICA: JSON = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID}}
+#: The guide's configuration, copying a pod annotation onto Slices and without a ready timeout.
+CONFIG = replace(
+    GUIDE,
+    slice=replace(
+        GUIDE.slice,
         pod_annotations=("team.example.com/cost-center", "team.example.com/absent"),
-        ready_states=READY_STATES,
+        ready_timeout=None,
     ),
 )
 
@@ -64,7 +47,7 @@ def test_the_slice_carries_its_shape_owner_and_slot() -> None:
     body = gke.body(
         REPLICA,
         Slot(0, 1),
-        DEMAND,
+        ONE_HOST,
         CONFIG,
         {"team.example.com/cost-center": "ml", "team.example.com/other": "x"},
     )
@@ -94,7 +77,7 @@ def test_the_slice_carries_its_shape_owner_and_slot() -> None:
 
 
 def test_the_annotations_keep_their_order_configured_then_copied_then_the_owner() -> None:
-    body = gke.body(REPLICA, Slot(0, 0), DEMAND, CONFIG, {"team.example.com/cost-center": "ml"})
+    body = gke.body(REPLICA, Slot(0, 0), ONE_HOST, CONFIG, {"team.example.com/cost-center": "ml"})
     assert list(body["metadata"]["annotations"]) == [
         "cloud.google.com/managed-by",
         "slice.gke.io/retry-on-failure",
@@ -106,7 +89,7 @@ def test_the_annotations_keep_their_order_configured_then_copied_then_the_owner(
 def test_building_a_body_changes_neither_the_replica_nor_the_configuration() -> None:
     replica = copy.deepcopy(REPLICA)
     pod_annotations = {"team.example.com/cost-center": "ml"}
-    body = gke.body(replica, Slot(0, 0), DEMAND, CONFIG, pod_annotations)
+    body = gke.body(replica, Slot(0, 0), ONE_HOST, CONFIG, pod_annotations)
     body["metadata"]["annotations"]["x"] = "y"
     body["metadata"]["labels"]["x"] = "y"
     assert replica == REPLICA
@@ -120,7 +103,7 @@ def test_building_a_body_changes_neither_the_replica_nor_the_configuration() -> 
 def test_the_owner_name_label_is_cut_to_a_label_value() -> None:
     for name, label in [("a" * 62 + ".b", "a" * 62), ("a" * 61 + "--b", "a" * 61)]:
         replica = {"metadata": {"name": name, "namespace": "ns", "uid": UID}}
-        body = gke.body(replica, Slot(0, 0), DEMAND, CONFIG, {})
+        body = gke.body(replica, Slot(0, 0), ONE_HOST, CONFIG, {})
         assert body["metadata"]["labels"]["cloud.google.com/slice-owner-name"] == label
         assert body["metadata"]["annotations"][OWNER_ANNOTATION] == f"ns/{name}"
         assert len(body["metadata"]["name"]) <= 49
@@ -228,7 +211,7 @@ def test_a_slices_slot_comes_from_its_labels(labels: dict[str, str], slot: Slot 
 
 
 def test_a_built_slice_parses_back_to_its_slot() -> None:
-    assert gke.parse(gke.body(REPLICA, Slot(7, 1), DEMAND, CONFIG, {})).slot == Slot(7, 1)
+    assert gke.parse(gke.body(REPLICA, Slot(7, 1), ONE_HOST, CONFIG, {})).slot == Slot(7, 1)
 
 
 @settings(deadline=None)
@@ -291,9 +274,10 @@ def test_the_state_is_the_first_ready_conditions_reason() -> None:
     assert gke.parse(slice_obj(deleting=True)).terminating
 
 
-def test_a_slice_is_read_whole() -> None:
+def written(labels: dict[str, str] | None = None, **metadata: str) -> JSON:
+    """``slice_obj`` with every field ``parse`` reads written: ACTIVE, with a partition."""
     obj = slice_obj(
-        {OWNER_UID_LABEL: UID, INSTANCE_LABEL: "2", ORDINAL_LABEL: "1"},
+        labels,
         partitions=["p1"],
         ready={
             "reason": "ACTIVE",
@@ -307,7 +291,13 @@ def test_a_slice_is_read_whole() -> None:
         resourceVersion="42",
         creationTimestamp="2025-01-01T00:00:00Z",
         annotations={OWNER_ANNOTATION: "qwen3-tpu/qwen3-tpu-engine"},
+        **metadata,
     )
+    return obj
+
+
+def test_a_slice_is_read_whole() -> None:
+    obj = written({OWNER_UID_LABEL: UID, INSTANCE_LABEL: "2", ORDINAL_LABEL: "1"})
     assert gke.parse(obj) == SliceInfo(
         name="s-0-0-8f3a21c7",
         uid="slice-uid",
@@ -473,23 +463,8 @@ def test_parse_never_raises_on_a_malformed_slice(obj: JSON) -> None:
 
 
 def well_formed() -> JSON:
-    obj = slice_obj(
-        partitions=["p1"],
-        ready={
-            "reason": "ACTIVE",
-            "status": "True",
-            "message": "ok",
-            "lastTransitionTime": "2025-01-01T00:05:00Z",
-        },
-    )
-    obj["metadata"].update(
-        uid="slice-uid",
-        resourceVersion="42",
-        creationTimestamp="2025-01-01T00:00:00Z",
-        deletionTimestamp="2025-01-01T00:10:00Z",
-        annotations={OWNER_ANNOTATION: "qwen3-tpu/qwen3-tpu-engine"},
-    )
-    return obj
+    """A Slice with every field ``parse`` reads, a deletion timestamp too."""
+    return written(deletionTimestamp="2025-01-01T00:10:00Z")
 
 
 #: Every field ``parse`` reads, by path, with the JSON type it must have. The Ready condition is

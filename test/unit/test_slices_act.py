@@ -9,7 +9,7 @@ import itertools
 import random
 import threading
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -23,41 +23,18 @@ from ome.controllers.slices.model import Replica
 from ome.controllers.slices.plan import GateObservation, gate_pass
 from ome.provider import gke
 from ome.runtime.expectations import Expectations
-from ome.tpuslice.config import parse
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
-from ome.tpuslice.types import GUIDE_CONFIG_JSON
+from test.unit import slicekit
+from test.unit.slicekit import CONFIG, JSON, NAME, NOW, PROVISION_ONLY
 
-JSON = dict[str, Any]
-NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-NAMESPACE = "qwen3-tpu"
-CONFIG = parse(GUIDE_CONFIG_JSON)
-assert CONFIG is not None
 SERIES = {"slice_type": "tpu7x", "topology": "2x2x1"}
 
 
-def replica_json(name: str = "qwen3-tpu-engine", uid: str = "uid-1", replicas: int = 1) -> JSON:
-    template = {
-        "metadata": {"annotations": {"ome.io/tpu-slice-provisioning": "true"}},
-        "spec": {
-            "nodeSelector": {
-                "cloud.google.com/gke-tpu-accelerator": "tpu7x",
-                "cloud.google.com/gke-tpu-topology": "2x2x1",
-            },
-            "containers": [{"name": "c", "resources": {"limits": {"google.com/tpu": 4}}}],
-        },
-    }
-    return {
-        "apiVersion": "ome.io/v1beta1",
-        "kind": "InferenceReplica",
-        "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "resourceVersion": "7"},
-        "spec": {
-            "component": "engine",
-            "replicas": replicas,
-            "runners": [{"name": "default", "template": template}],
-        },
-        "status": {"instanceStatuses": []},
-    }
+def engine(name: str = NAME, uid: str = "uid-1", replicas: int = 1) -> Replica:
+    """An opted-in single-pod replica without rows; its runner limits chips and tolerates none."""
+    runners = slicekit.single(tolerations=None, container="c", requests=False)
+    return slicekit.replica(runners, [], name=name, uid=uid, replicas=replicas)
 
 
 @dataclass
@@ -133,7 +110,7 @@ def observe(
         replica=replica,
         config=CONFIG,
         slots=slots,
-        provision_only=frozenset({"tpu7x"}),
+        provision_only=PROVISION_ONLY,
         slices=at,
         hosts={},
         creating=creating,
@@ -149,7 +126,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
 def test_a_create_that_meets_a_foreign_slice_holds_on_the_conflict_in_the_same_pass() -> None:
     """E3: on AlreadyExists the Slice is read live; a foreign one holds the slot on the
     conflict, with its SliceOwnershipConflict Warning and the metric, in that same pass."""
-    replica = Replica.from_json(replica_json())
+    replica = engine()
     name = replica.slice_name(Slot(0, 0))
     api = FakeAPI()
     api.slices[name] = {
@@ -194,7 +171,7 @@ def test_a_create_that_fails_without_an_api_status_counts_unknown(
 ) -> None:
     """K: a create that fails without an API status reason counts ``reason="Unknown"``; the
     pass reports a failure (retried with backoff) and the next one may create again."""
-    replica = Replica.from_json(replica_json())
+    replica = engine()
     api, recorder, registry = FakeAPI(fail=error), Recorder(), CollectorRegistry()
     act = actor(api, recorder, registry)
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
@@ -209,7 +186,7 @@ def test_a_create_that_fails_without_an_api_status_counts_unknown(
 def test_a_create_failure_counts_the_api_status_reason() -> None:
     error = ApiException(status=500, reason="Internal Server Error")
     error.body = '{"kind": "Status", "reason": "InternalError", "message": "boom"}'
-    replica = Replica.from_json(replica_json())
+    replica = engine()
     api, recorder, registry = FakeAPI(fail=error), Recorder(), CollectorRegistry()
     act = actor(api, recorder, registry)
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
@@ -222,7 +199,7 @@ def test_concurrent_passes_with_a_lagging_cache_create_each_slice_exactly_once()
     pass per replica at a time, as the workqueue guarantees), against a cache that shows each
     create only some passes later. Every slot gets its Slice, each create request reaches the
     API exactly once, and once the cache has caught up no expectation is left."""
-    replicas = [Replica.from_json(replica_json(f"r{i}", f"uid-{i}", replicas=3)) for i in range(6)]
+    replicas = [engine(f"r{i}", f"uid-{i}", replicas=3) for i in range(6)]
     slots = {i: Slot(i, 0) for i in range(3)}
     api, recorder, registry = FakeAPI(), Recorder(), CollectorRegistry()
     act = actor(api, recorder, registry)
@@ -280,7 +257,7 @@ def test_the_ledger_backs_off_a_deferred_release_and_forgets_it_once_released() 
 
 def test_a_slice_we_created_is_timed_from_its_create_to_its_first_ready_state_once() -> None:
     """K: ``ome_tpu_slice_provision_duration_seconds`` observes create to first ready, once."""
-    replica = Replica.from_json(replica_json())
+    replica = engine()
     api, registry = FakeAPI(), CollectorRegistry()
     act = actor(api, Recorder(), registry)
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})

@@ -4,8 +4,7 @@ invalid demand into SliceDemandInvalid holds and Warnings, with every text verba
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -13,94 +12,19 @@ from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import Hold
 from ome.controllers.slices.demand import Verdict, validate, withhold
-from ome.controllers.slices.model import Event, Replica
-from ome.tpuslice.config import parse
+from ome.controllers.slices.model import Event
 from ome.tpuslice.demand import Demand
 from ome.tpuslice.shape import Topology
-from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
+from test.unit import slicekit
+from test.unit.slicekit import ACC, BAD, CONFIG, JSON, PROVISION_ONLY, SLICE, TOPO, TPU7X, E
 
-JSON = dict[str, Any]
-
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-OPT_IN = "ome.io/tpu-slice-provisioning"
-ACC = "cloud.google.com/gke-tpu-accelerator"
-TOPO = "cloud.google.com/gke-tpu-topology"
-SLICE = "cloud.google.com/gke-tpu-slice"
-TPU = "google.com/tpu"
-TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-E = "pods cannot be placed on a provisioned slice"
-
-
-def guide_config() -> Config:
-    config = parse(GUIDE_CONFIG_JSON)
-    assert config is not None
-    return config
-
-
-CONFIG = guide_config()
-TPU7X = CONFIG.accelerators["tpu7x"]
-PROVISION_ONLY = frozenset({"tpu7x"})
-
-
-def template(
-    topology: str | None = "2x2x1",
-    accelerator: str | None = "tpu7x",
-    chips: object = 4,
-    opt_in: str | None = "true",
-    **selector: str,
-) -> JSON:
-    """A runner template that selects ``accelerator`` and ``topology`` and requests ``chips``
-    (limit and request) in its one container."""
-    node_selector = dict(selector)
-    if accelerator is not None:
-        node_selector[ACC] = accelerator
-    if topology is not None:
-        node_selector[TOPO] = topology
-    resources = {"requests": {TPU: chips}, "limits": {TPU: chips}} if chips is not None else {}
-    return {
-        "metadata": {
-            "labels": {"app": "qwen3"},
-            "annotations": {OPT_IN: opt_in} if opt_in is not None else {},
-        },
-        "spec": {
-            "nodeSelector": node_selector,
-            "tolerations": [TPU_TOLERATION],
-            "containers": [{"name": "runner", "image": "engine:1", "resources": resources}],
-        },
-    }
-
-
-def single(**kw: Any) -> list[JSON]:
-    return [{"name": "default", "template": template(**kw)}]
-
-
-def multi(size: int = 1, leader: JSON | None = None, worker: JSON | None = None) -> list[JSON]:
-    """A leader and ``size`` workers, on a 2x2x2 slice (two 4-chip hosts) by default."""
-    return [
-        {"name": "leader", "template": leader or template("2x2x2")},
-        {"name": "worker", "size": size, "template": worker or template("2x2x2")},
-    ]
-
-
-def replica(runners: list[JSON], rows: list[JSON] | None = None) -> Replica:
-    """An InferenceReplica as the slice reconcilers read it from the cache."""
-    return Replica.from_json(
-        {
-            "apiVersion": "ome.io/v1beta1",
-            "kind": "InferenceReplica",
-            "metadata": {
-                "name": NAME,
-                "namespace": NAMESPACE,
-                "uid": UID,
-                "resourceVersion": "7",
-                "labels": {"ome.io/inferenceservice": "qwen3-tpu"},
-            },
-            "spec": {"component": "engine", "replicas": 1, "runners": copy.deepcopy(runners)},
-            "status": {"instanceStatuses": copy.deepcopy(rows or [])},
-        }
-    )
+#: The guide's runner also carries a label and an image, which validation ignores.
+GUIDE_RUNNER: JSON = {"labels": {"app": "qwen3"}, "image": "engine:1"}
+template = partial(slicekit.template, **GUIDE_RUNNER)
+single = partial(slicekit.single, **GUIDE_RUNNER)
+multi = partial(slicekit.multi, **GUIDE_RUNNER)
+#: The replica as the guide's service creates it: labelled with the service, one Instance.
+replica = partial(slicekit.replica, replicas=1, labels={"ome.io/inferenceservice": "qwen3-tpu"})
 
 
 # -- C1: opt-in --------------------------------------------------------------------------------
@@ -272,11 +196,6 @@ def test_pods_that_cannot_fill_a_provisionable_slice_give_the_b6_error(
 
 
 # -- I: SliceDemandInvalid ---------------------------------------------------------------------
-
-BAD = (
-    f"{E}: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, "
-    "which takes 2 pods"
-)
 
 
 def test_an_invalid_demand_withholds_each_instance_about_to_get_pods_with_a_warning() -> None:

@@ -5,10 +5,9 @@ what the gate says of one slot (``gate.judge_slot``) and of every Instance about
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -17,133 +16,39 @@ from hypothesis import strategies as st
 from ome.controllers.inferencereplica.instances import Hold
 from ome.controllers.slices.gate import Gated, Recycle, SlotVerdict, gate, judge_slot, wait_reason
 from ome.controllers.slices.gate import waited as waited_for
-from ome.controllers.slices.model import Event, Replica
-from ome.tpuslice.config import parse
-from ome.tpuslice.demand import Demand
+from ome.controllers.slices.model import Event
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
-from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
-from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
+from ome.tpuslice.types import Config
+from test.unit import slicekit
+from test.unit.slicekit import (
+    CAP,
+    CONFIG,
+    JSON,
+    NOW,
+    ONE_HOST,
+    READY_STATES,
+    RECYCLED,
+    TPU_TOLERATION,
+    TWO_HOSTS,
+    UID,
+    UNSCHEDULABLE_TOLERATION,
+    N,
+    host,
+    multi,
+    n,
+    single,
+    sl,
+    template,
+)
 
-JSON = dict[str, Any]
-
-NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-HASH = "30d2d711"
-OPT_IN = "ome.io/tpu-slice-provisioning"
-ACC = "cloud.google.com/gke-tpu-accelerator"
-TOPO = "cloud.google.com/gke-tpu-topology"
-TPU = "google.com/tpu"
-TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-UNSCHEDULABLE_TOLERATION = {
-    "key": "node.kubernetes.io/unschedulable",
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
-CAP = "CapacityProvisioning"
-RECYCLED = "it is released and provisioned again once no pod holds it"
-
-
-def guide_config() -> Config:
-    config = parse(GUIDE_CONFIG_JSON)
-    assert config is not None
-    return config
-
-
-CONFIG = guide_config()  # readyTimeout 10m, readyStates ACTIVE, ACTIVE_DEGRADED
 NO_TIMEOUT = replace(CONFIG, slice=replace(CONFIG.slice, ready_timeout=None))
 HOUR_TIMEOUT = replace(CONFIG, slice=replace(CONFIG.slice, ready_timeout=timedelta(hours=1)))
-READY_STATES = CONFIG.slice.ready_states
-TPU7X = CONFIG.accelerators["tpu7x"]
-ONE_HOST = Demand(TPU7X, Topology((2, 2, 1)), hosts=1, pods=1, chips_per_pod=4)
-TWO_HOSTS = Demand(TPU7X, Topology((2, 2, 2)), hosts=2, pods=2, chips_per_pod=4)
-
-
-def n(index: int, ordinal: int = 0) -> str:
-    return f"{NAME}-{index}-{ordinal}-{HASH}"
-
-
-N = n(0)
-
-
-def template(topology: str = "2x2x1", tolerations: list[JSON] | None = None) -> JSON:
-    return {
-        "metadata": {"annotations": {OPT_IN: "true"}},
-        "spec": {
-            "nodeSelector": {ACC: "tpu7x", TOPO: topology},
-            "tolerations": copy.deepcopy(tolerations or [TPU_TOLERATION]),
-            "containers": [
-                {"name": "runner", "resources": {"requests": {TPU: 4}, "limits": {TPU: 4}}}
-            ],
-        },
-    }
-
-
-def single(tolerations: list[JSON] | None = None) -> list[JSON]:
-    return [{"name": "default", "template": template("2x2x1", tolerations)}]
-
-
-def multi(
-    leader: list[JSON] | None = None, worker: list[JSON] | None = None, size: int = 1
-) -> list[JSON]:
-    """A leader and ``size`` workers on a 2x2x2 slice: two 4-chip hosts."""
-    return [
-        {"name": "leader", "template": template("2x2x2", leader)},
-        {"name": "worker", "size": size, "template": template("2x2x2", worker)},
-    ]
-
-
-def replica(runners: list[JSON] | None = None, uid: str = UID) -> Replica:
-    return Replica.from_json(
-        {
-            "apiVersion": "ome.io/v1beta1",
-            "kind": "InferenceReplica",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": uid, "resourceVersion": "7"},
-            "spec": {"component": "engine", "replicas": 1, "runners": runners or single()},
-            "status": {"instanceStatuses": [{"index": 0, "phase": "Creating", "operation": {}}]},
-        }
-    )
-
-
-def sl(
-    name: str = N,
-    *,
-    owner: str = UID,
-    type_: str = "tpu7x",
-    topology: str = "2x2x1",
-    state: str = "ACTIVE",
-    status: str = "True",
-    message: str = "",
-    partitions: tuple[str, ...] = ("p1",),
-    terminating: bool = False,
-    created: datetime | None = NOW - timedelta(minutes=1),
-    last_transition: datetime | None = None,
-) -> SliceInfo:
-    """A Slice as observed; by default ours, tpu7x 2x2x1, ACTIVE and with a partition."""
-    return SliceInfo(
-        name=name,
-        uid=f"uid-{name}",
-        resource_version="41",
-        created=created,
-        owner_uid=owner,
-        owner=f"{NAMESPACE}/{NAME}",
-        slot=Slot(0, 0),
-        slice_type=type_,
-        topology=topology,
-        state=state,
-        status=status,
-        message=message,
-        last_transition=last_transition,
-        terminating=terminating,
-        partitions=partitions,
-    )
-
-
-def host(name: str, *, cordoned: bool = False, ready: str = "True", slice_name: str = N) -> Host:
-    return Host(name, slice_name=slice_name, unschedulable=cordoned, ready=ready)
+#: The replica with one Instance, 0, being created.
+replica = partial(
+    slicekit.replica, rows=[{"index": 0, "phase": "Creating", "operation": {}}], replicas=1
+)
 
 
 def hold(text: str) -> Hold:
@@ -482,7 +387,9 @@ def test_host_availability_comes_before_the_visible_host_count() -> None:
 
 
 def test_a_host_is_usable_only_if_every_pod_tolerates_it() -> None:
-    rep = replica(multi(leader=[TPU_TOLERATION, UNSCHEDULABLE_TOLERATION], worker=[TPU_TOLERATION]))
+    rep = replica(
+        multi(leader=template("2x2x2", tolerations=[TPU_TOLERATION, UNSCHEDULABLE_TOLERATION]))
+    )
     assert len(rep.tolerations) == 2
     found = sl(topology="2x2x2")
     hosts = [host("a", cordoned=True), host("b")]
@@ -490,7 +397,7 @@ def test_a_host_is_usable_only_if_every_pod_tolerates_it() -> None:
     verdict = judge_slot(0, found, hosts, rep, TWO_HOSTS, CONFIG, NOW)
     assert verdict == SlotVerdict(hold(text), Recycle(0, found, "SliceHostUnavailable", text))
     # Once every pod tolerates the cordon, the Slice is ready.
-    both = replica(multi(leader=[UNSCHEDULABLE_TOLERATION], worker=[UNSCHEDULABLE_TOLERATION]))
+    both = replica(multi(tolerations=[UNSCHEDULABLE_TOLERATION]))
     assert judge_slot(0, found, hosts, both, TWO_HOSTS, CONFIG, NOW) == SlotVerdict(ready=True)
 
 
@@ -555,13 +462,7 @@ def test_a_ready_slice_whose_hosts_are_not_all_visible_waits_without_an_event(
         pytest.param([UNSCHEDULABLE_TOLERATION], True, id="tolerates the cordon"),
         pytest.param([{"operator": "Exists"}], True, id="tolerates everything"),
         pytest.param(
-            [
-                {
-                    "key": "node.kubernetes.io/unschedulable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                }
-            ],
+            [{**UNSCHEDULABLE_TOLERATION, "effect": "NoExecute"}],
             False,
             id="another effect",
         ),
@@ -581,7 +482,13 @@ def test_a_cordoned_host_is_usable_when_the_pods_tolerate_the_unschedulable_tain
     tolerations: list[JSON], ready: bool
 ) -> None:
     verdict = judge_slot(
-        0, sl(), [host("a", cordoned=True)], replica(single(tolerations)), ONE_HOST, CONFIG, NOW
+        0,
+        sl(),
+        [host("a", cordoned=True)],
+        replica(single(tolerations=tolerations)),
+        ONE_HOST,
+        CONFIG,
+        NOW,
     )
     assert verdict.ready is ready
     assert (verdict.recycle is None) is ready
@@ -713,7 +620,7 @@ def test_judge_slot_holds_or_confines_and_recycles_only_what_e5_and_e6_allow(
     tolerations: list[JSON],
 ) -> None:
     demand = TWO_HOSTS if two_hosts else ONE_HOST
-    rep = replica(multi(tolerations, tolerations) if two_hosts else single(tolerations))
+    rep = replica(multi(tolerations=tolerations) if two_hosts else single(tolerations=tolerations))
     verdict = judge_slot(0, found, hosts, rep, demand, config, NOW, releasing)
     assert (verdict.hold is None) == verdict.ready
     if verdict.hold is not None:

@@ -4,7 +4,8 @@ a lost Slice takes, checked in H3's order (``loss.judge``), which Slices the cac
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -14,29 +15,19 @@ from ome.controllers.slices import messages
 from ome.controllers.slices.loss import Loss, candidates, judge, suspects
 from ome.controllers.slices.model import Pod, Replica
 from ome.tpuslice.hosts import Host
-from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
+from test.unit import slicekit
+from test.unit.slicekit import NAME, NAMESPACE, NOW, UID, N, n
 
-NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-HASH = "30d2d711"
 #: D2's hash of the same replica name under another UID.
 OTHER_UID_HASH = "baae88d9"
 #: D2's hash of qwen3-tpu/qwen3-tpu-other/6a1f2b3c-0000-4000-8000-000000000002.
 OTHER_REPLICA_HASH = "eb58b976"
-
-
-def n(index: int, ordinal: int = 0) -> str:
-    return f"{NAME}-{index}-{ordinal}-{HASH}"
-
-
-N = n(0)
 STARTED = NOW - timedelta(hours=1)
 
 
 def replica(multi: bool = True) -> Replica:
+    """The replica as loss reads it: its identity, its runners' names, one Ready row."""
     runners = (
         [{"name": "leader", "template": {}}, {"name": "worker", "size": 1, "template": {}}]
         if multi
@@ -51,57 +42,16 @@ def replica(multi: bool = True) -> Replica:
     )
 
 
-def pod(
-    name: str,
-    slice_name: str = N,
-    node: str = "node-a",
-    *,
-    created: datetime | None = STARTED,
-    terminating: bool = False,
-    terminal: bool = False,
-) -> Pod:
-    return Pod(
-        namespace=NAMESPACE,
-        name=name,
-        uid=f"uid-{name}",
-        node=node,
-        slice_name=slice_name,
-        created=created,
-        terminating=terminating,
-        terminal=terminal,
-        chips=4,
-        replica=NAME,
-        instance=0,
-        ordinal=0,
-    )
+#: This file's pods are pod 0 of Instance 0 of our replica, started an hour ago.
+pod = partial(slicekit.pod, created=STARTED, replica=NAME, instance=0, ordinal=0)
+#: This file's Slices: a 2x2x2 Slice at slot (0, 0), created two hours ago, without version
+#: or owner annotation.
+sl = partial(slicekit.sl, created=NOW - timedelta(hours=2), topology="2x2x2", rv="", owner_name="")
 
 
-def sl(
-    name: str = N,
-    *,
-    owner: str = UID,
-    created: datetime | None = NOW - timedelta(hours=2),
-    partitions: tuple[str, ...] = ("p1",),
-    terminating: bool = False,
-) -> SliceInfo:
-    return SliceInfo(
-        name=name,
-        uid=f"uid-{name}",
-        created=created,
-        owner_uid=owner,
-        slot=Slot(0, 0),
-        slice_type="tpu7x",
-        topology="2x2x2",
-        state="ACTIVE",
-        status="True",
-        partitions=partitions,
-        terminating=terminating,
-    )
-
-
-LEADER = pod(f"{NAME}-0-leader-0", node="node-a")
-WORKER = pod(f"{NAME}-0-worker-0", node="node-b")
-UNBOUND = pod(f"{NAME}-0-worker-1", node="")
+LEADER = pod(f"{NAME}-0-leader-0", N, node="node-a")
+WORKER = pod(f"{NAME}-0-worker-0", N, node="node-b")
+UNBOUND = pod(f"{NAME}-0-worker-1", N, node="")
 ON_SLICE = {"node-a": Host("node-a", N), "node-b": Host("node-b", N)}
 
 
@@ -154,9 +104,9 @@ def test_a_deleted_or_terminating_slice_is_lost_before_ownership_is_checked() ->
         pytest.param(
             sl(created=NOW - timedelta(minutes=30)),
             [
-                pod("old", created=NOW - timedelta(hours=1)),
-                pod("new", created=NOW - timedelta(minutes=10)),
-                pod("unknown", created=None),
+                pod("old", N, created=NOW - timedelta(hours=1)),
+                pod("new", N, created=NOW - timedelta(minutes=10)),
+                pod("unknown", N, created=None),
             ],
             ON_SLICE,
             ("was deleted", ["old"]),
@@ -206,7 +156,7 @@ def test_a_deleted_or_terminating_slice_is_lost_before_ownership_is_checked() ->
         ),
         pytest.param(
             sl(),
-            [LEADER, pod("second", node="node-a")],
+            [LEADER, pod("second", N, node="node-a")],
             {"node-a": Host("node-a", "")},
             ("moved off node node-a", [LEADER.name, "second"]),
             id="a node named once",
@@ -299,6 +249,7 @@ def pod_lists(draw: st.DrawFn) -> list[Pod]:
     return [
         pod(
             name,
+            N,
             node=draw(st.sampled_from(NODES)),
             created=draw(
                 st.one_of(st.none(), st.integers(0, 7200).map(lambda s: NOW - timedelta(seconds=s)))

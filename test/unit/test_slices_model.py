@@ -21,22 +21,12 @@ from ome.api.v1beta1 import (
 from ome.controllers.slices.model import Event, Pod, Replica, slots_of, wanted_slots
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
+from test.unit.slicekit import HASH, JSON, NAME, NAMESPACE, TPU, TPU_TOLERATION, UID
+from test.unit.slicekit import SLICE as SLICE_LABEL
+from test.unit.slicekit import UNSCHEDULABLE_TOLERATION as UNSCHEDULABLE
 
-JSON = dict[str, Any]
-
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-HASH = "30d2d711"
-TPU = "google.com/tpu"
-SLICE_LABEL = "cloud.google.com/gke-tpu-slice"
+#: Read here as the API names it.
 OPT_IN = ANNOTATION_TPU_SLICE_PROVISIONING
-UNSCHEDULABLE = {
-    "key": "node.kubernetes.io/unschedulable",
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
-TPU_TOLERATION = {"key": TPU, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def runner(
@@ -48,6 +38,7 @@ def runner(
     size: Any = None,
     chips: int = 4,
 ) -> JSON:
+    """A runner as written, with only the fields given: this file reads what is (not) there."""
     notes = dict(annotations or {})
     if opt_in is not None:
         notes[OPT_IN] = opt_in
@@ -75,6 +66,7 @@ def replica(
     deleting: bool = False,
     name: str = NAME,
 ) -> JSON:
+    """An InferenceReplica object to read (``slicekit.replica`` gives one already read)."""
     meta: JSON = {"name": name, "namespace": NAMESPACE, "uid": UID, "resourceVersion": "17"}
     if deleting:
         meta["deletionTimestamp"] = "2025-01-01T00:00:00Z"

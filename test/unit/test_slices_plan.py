@@ -4,9 +4,9 @@ pods) and ``plan.release_pass`` (release of unwanted Slices, then suspicion of l
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -26,116 +26,40 @@ from ome.controllers.slices.plan import (
     release_pass,
 )
 from ome.controllers.slices.provision import Create
-from ome.tpuslice.config import parse
 from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
-from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
+from test.unit import slicekit
+from test.unit.slicekit import (
+    BAD,
+    CAP,
+    CONFIG,
+    NAME,
+    NOW,
+    PROVISION_ONLY,
+    RECYCLED,
+    TPU7X,
+    UID,
+    create_op,
+    n,
+    row,
+    single,
+)
 
-JSON = dict[str, Any]
-
-NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-HASH = "30d2d711"
-OPT_IN = "ome.io/tpu-slice-provisioning"
-ACC = "cloud.google.com/gke-tpu-accelerator"
-TOPO = "cloud.google.com/gke-tpu-topology"
-TPU = "google.com/tpu"
-TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-PROVISION_ONLY = frozenset({"tpu7x"})
-CAP = "CapacityProvisioning"
-RECYCLED = "it is released and provisioned again once no pod holds it"
-E = "pods cannot be placed on a provisioned slice"
-
-
-def guide_config() -> Config:
-    config = parse(GUIDE_CONFIG_JSON)
-    assert config is not None
-    return config
-
-
-CONFIG = guide_config()
-TPU7X = CONFIG.accelerators["tpu7x"]
+#: The replica with, unless given other rows, Instances 0 to 7 being created.
+replica = partial(
+    slicekit.replica, rows=[row(i, "Creating", operation=create_op()) for i in range(8)]
+)
+#: This file's pods are our replica's, started 30 seconds ago.
+pod = partial(slicekit.pod, created=NOW - timedelta(seconds=30), replica=NAME)
 
 
-def n(index: int, ordinal: int = 0) -> str:
-    return f"{NAME}-{index}-{ordinal}-{HASH}"
-
-
-def template(topology: str = "2x2x1", chips: int = 4, opt_in: str | None = "true") -> JSON:
-    return {
-        "metadata": {"annotations": {OPT_IN: opt_in} if opt_in else {}},
-        "spec": {
-            "nodeSelector": {ACC: "tpu7x", TOPO: topology},
-            "tolerations": [TPU_TOLERATION],
-            "containers": [
-                {"name": "runner", "resources": {"requests": {TPU: chips}, "limits": {TPU: chips}}}
-            ],
-        },
-    }
-
-
-def single(chips: int = 4, opt_in: str | None = "true") -> list[JSON]:
-    return [{"name": "default", "template": template("2x2x1", chips, opt_in)}]
-
-
-def row(index: int, phase: str = "Creating", operation: JSON | None = None) -> JSON:
-    return {"index": index, "phase": phase, "activeOrdinal": 0, "operation": operation}
-
-
-CREATE_OP = {"id": "op-1", "type": "Create", "step": "CreatePods", "surgeIndex": None}
-
-
-def replica(
-    runners: list[JSON] | None = None, rows: list[JSON] | None = None, deleting: bool = False
-) -> Replica:
-    meta: JSON = {"name": NAME, "namespace": NAMESPACE, "uid": UID, "resourceVersion": "7"}
-    if deleting:
-        meta["deletionTimestamp"] = "2025-03-01T11:59:00Z"
-    if rows is None:
-        rows = [row(i, operation=copy.deepcopy(CREATE_OP)) for i in range(8)]
-    return Replica.from_json(
-        {
-            "apiVersion": "ome.io/v1beta1",
-            "kind": "InferenceReplica",
-            "metadata": meta,
-            "spec": {"component": "engine", "replicas": 0, "runners": runners or single()},
-            "status": {"instanceStatuses": copy.deepcopy(rows)},
-        }
-    )
-
-
-def sl(
-    name: str,
-    *,
-    slot: Slot | None = None,
-    owner: str = UID,
-    topology: str = "2x2x1",
-    state: str = "ACTIVE",
-    partitions: tuple[str, ...] = ("p1",),
-    last_transition: datetime | None = None,
-    terminating: bool = False,
-) -> SliceInfo:
-    return SliceInfo(
-        name=name,
-        uid=f"uid-{name}",
-        resource_version="41",
-        created=NOW - timedelta(minutes=1),
-        owner_uid=owner,
-        owner=f"{NAMESPACE}/{NAME}",
-        slot=slot,
-        slice_type="tpu7x",
-        topology=topology,
-        state=state,
-        status="True" if state.startswith("ACTIVE") else "False",
-        partitions=partitions,
-        last_transition=last_transition,
-        terminating=terminating,
-    )
+def sl(name: str, *, slot: Slot | None = None, state: str = "ACTIVE", **kw: Any) -> SliceInfo:
+    """``slicekit.sl`` at no slot unless given, its status True in an ACTIVE state, else False."""
+    status = "True" if state.startswith("ACTIVE") else "False"
+    return slicekit.sl(name, slot=slot, state=state, status=status, **kw)
 
 
 def observe(
@@ -162,11 +86,6 @@ def observe(
 
 
 # -- gate_pass ----------------------------------------------------------------------------------
-
-BAD = (
-    f"{E}: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, "
-    "which takes 2 pods"
-)
 
 
 def test_an_invalid_demand_withholds_every_instance_about_to_get_pods_with_a_warning() -> None:
@@ -267,19 +186,6 @@ def test_a_slot_the_stored_rows_do_not_want_yet_waits_without_a_create() -> None
 # -- release_pass -------------------------------------------------------------------------------
 
 
-def pod(name: str, slice_name: str, node: str = "node-a") -> Pod:
-    return Pod(
-        namespace=NAMESPACE,
-        name=name,
-        uid=f"uid-{name}",
-        node=node,
-        slice_name=slice_name,
-        created=NOW - timedelta(seconds=30),
-        chips=4,
-        replica=NAME,
-    )
-
-
 def release_observe(
     rep: Replica,
     owned: list[SliceInfo],
@@ -347,10 +253,10 @@ def gate_observations(draw: st.DrawFn) -> GateObservation:
     chips = draw(st.sampled_from([4, 4, 2]))
     opt_in = draw(st.sampled_from(["true", "true", None]))
     rows = [
-        row(i, draw(st.sampled_from(["Creating", "Deleting"])), copy.deepcopy(CREATE_OP))
+        row(i, draw(st.sampled_from(["Creating", "Deleting"])), operation=create_op())
         for i in sorted(draw(st.sets(st.integers(0, 5), max_size=5)))
     ]
-    rep = replica(single(chips, opt_in), rows, deleting=draw(st.booleans()))
+    rep = replica(single(chips=chips, opt_in=opt_in), rows=rows, deleting=draw(st.booleans()))
     pending = draw(st.dictionaries(st.integers(0, 5), st.integers(0, 1), max_size=4))
     slots = {i: Slot(i, o) for i, o in pending.items()}
     names = [n(i, o) for i in range(6) for o in (0, 1)]

@@ -4,98 +4,23 @@ create in flight, and holds every such Instance while its Slice waits for partit
 
 from __future__ import annotations
 
-import copy
 import hashlib
-from typing import Any
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import Hold
-from ome.controllers.slices.model import Replica
 from ome.controllers.slices.provision import Create, provision
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
+from test.unit import slicekit
+from test.unit.slicekit import HASH, JSON, NAME, NAMESPACE, UID, create_op, n, replica, row
 
-JSON = dict[str, Any]
-
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-#: D2: sha256("qwen3-tpu/qwen3-tpu-engine/6a1f2b3c-0000-4000-8000-000000000001")[:8].
-HASH = "30d2d711"
-OPT_IN = "ome.io/tpu-slice-provisioning"
-ACC = "cloud.google.com/gke-tpu-accelerator"
-TOPO = "cloud.google.com/gke-tpu-topology"
-TPU = "google.com/tpu"
-
-
-def n(index: int, ordinal: int = 0) -> str:
-    return f"{NAME}-{index}-{ordinal}-{HASH}"
-
-
-def template(topology: str = "2x2x1") -> JSON:
-    return {
-        "metadata": {"annotations": {OPT_IN: "true"}},
-        "spec": {
-            "nodeSelector": {ACC: "tpu7x", TOPO: topology},
-            "containers": [
-                {"name": "runner", "resources": {"requests": {TPU: 4}, "limits": {TPU: 4}}}
-            ],
-        },
-    }
-
-
-def single() -> list[JSON]:
-    return [{"name": "default", "template": template()}]
-
-
-def multi(size: int = 1) -> list[JSON]:
-    return [
-        {"name": "leader", "template": template("2x2x2")},
-        {"name": "worker", "size": size, "template": template("2x2x2")},
-    ]
-
-
-def row(index: int, phase: str = "Ready", active: int = 0, operation: JSON | None = None) -> JSON:
-    """A stored Instance row: only what G3 reads of it."""
-    return {"index": index, "phase": phase, "activeOrdinal": active, "operation": operation}
-
-
-def create_op(surge: int | None = None) -> JSON:
-    return {"id": "op-1", "type": "Create", "step": "CreatePods", "surgeIndex": surge}
-
-
-def replica_json(
-    runners: list[JSON],
-    rows: list[JSON] | None = None,
-    *,
-    name: str = NAME,
-    uid: str = UID,
-    deleting: bool = False,
-    replicas: int = 0,
-) -> JSON:
-    """``replicas`` is 0 unless given: what the stored rows want is then all that is wanted
-    (G3 also wants ordinal 0 of every Instance the spec wants that has no row)."""
-    meta: JSON = {"name": name, "namespace": NAMESPACE, "uid": uid, "resourceVersion": "7"}
-    if deleting:
-        meta["deletionTimestamp"] = "2025-03-01T11:59:00Z"
-    return {
-        "apiVersion": "ome.io/v1beta1",
-        "kind": "InferenceReplica",
-        "metadata": meta,
-        "spec": {
-            "component": "engine",
-            "replicas": replicas,
-            "runners": copy.deepcopy(runners),
-        },
-        "status": {"instanceStatuses": copy.deepcopy(rows or [])},
-    }
-
-
-def replica(runners: list[JSON], rows: list[JSON] | None = None, **kw: Any) -> Replica:
-    return Replica.from_json(replica_json(runners, rows, **kw))
+#: This file's runners tolerate nothing: provisioning does not read tolerations.
+single = partial(slicekit.single, tolerations=None)
+multi = partial(slicekit.multi, tolerations=None)
 
 
 def waiting(name: str) -> Hold:

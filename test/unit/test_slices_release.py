@@ -4,10 +4,8 @@ again on live values (``confirm_sweep``) and teardown of a deleted replica (``te
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -29,34 +27,29 @@ from ome.controllers.slices.release import (
     teardown,
     unwanted,
 )
-from ome.tpuslice.config import parse
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
-from ome.tpuslice.types import GUIDE_CONFIG_JSON, Accelerator, Config
+from ome.tpuslice.types import Accelerator, Config
+from test.unit import slicekit
+from test.unit.slicekit import (
+    CONFIG,
+    HASH,
+    JSON,
+    NAME,
+    NOW,
+    SLICE,
+    TPU,
+    UID,
+    n,
+    pod,
+    replica,
+    row,
+    update_op,
+)
 
-JSON = dict[str, Any]
-
-NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-NAME = "qwen3-tpu-engine"
-NAMESPACE = "qwen3-tpu"
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-HASH = "30d2d711"
-OPT_IN = "ome.io/tpu-slice-provisioning"
-ACC = "cloud.google.com/gke-tpu-accelerator"
-TOPO = "cloud.google.com/gke-tpu-topology"
-SLICE = "cloud.google.com/gke-tpu-slice"
-TPU = "google.com/tpu"
-PROVISION_ONLY = frozenset({"tpu7x", "tpu7y"})
-
-
-def guide_config() -> Config:
-    config = parse(GUIDE_CONFIG_JSON)
-    assert config is not None
-    return config
-
-
-CONFIG = guide_config()
+#: Both accelerators have provision-only nodes.
+BOTH_PROVISION_ONLY = frozenset({"tpu7x", "tpu7y"})
 #: Two accelerators that share topology 2x2x1.
 TWO_TYPES = replace(
     CONFIG,
@@ -65,131 +58,15 @@ TWO_TYPES = replace(
         "tpu7y": Accelerator("tpu7y", "tpu7y", 4, ("2x2x1",)),
     },
 )
-
-
-def n(index: int, ordinal: int = 0) -> str:
-    return f"{NAME}-{index}-{ordinal}-{HASH}"
-
-
-def template(topology: str = "2x2x1", opt_in: str | None = "true") -> JSON:
-    return {
-        "metadata": {"annotations": {OPT_IN: opt_in} if opt_in else {}},
-        "spec": {
-            "nodeSelector": {ACC: "tpu7x", TOPO: topology},
-            "containers": [
-                {"name": "runner", "resources": {"requests": {TPU: 4}, "limits": {TPU: 4}}}
-            ],
-        },
-    }
-
-
-def single(opt_in: str | None = "true", chips_ok: bool = True) -> list[JSON]:
-    t = template("2x2x1", opt_in)
-    if not chips_ok:
-        t["spec"]["containers"][0]["resources"] = {"limits": {TPU: 3}}
-    return [{"name": "default", "template": t}]
-
-
-def multi(size: int = 1) -> list[JSON]:
-    return [
-        {"name": "leader", "template": template("2x2x2")},
-        {"name": "worker", "size": size, "template": template("2x2x2")},
-    ]
-
-
-def row(index: int, phase: str = "Ready", active: int = 0, operation: JSON | None = None) -> JSON:
-    return {"index": index, "phase": phase, "activeOrdinal": active, "operation": operation}
-
-
-def op(surge: int | None = None) -> JSON:
-    return {"id": "op-1", "type": "Update", "step": "CreatePods", "surgeIndex": surge}
-
-
-def replica(
-    runners: list[JSON] | None = None,
-    rows: list[JSON] | None = None,
-    deleting: bool = False,
-    replicas: int = 0,
-) -> Replica:
-    """``spec.replicas`` 0: what the stored rows want is all that is wanted (G3 also wants
-    ordinal 0 of every Instance the spec wants that has no row)."""
-    rows = rows if rows is not None else [row(0)]
-    meta: JSON = {"name": NAME, "namespace": NAMESPACE, "uid": UID, "resourceVersion": "7"}
-    if deleting:
-        meta["deletionTimestamp"] = "2025-03-01T11:59:00Z"
-    return Replica.from_json(
-        {
-            "apiVersion": "ome.io/v1beta1",
-            "kind": "InferenceReplica",
-            "metadata": meta,
-            "spec": {
-                "component": "engine",
-                "replicas": replicas,
-                "runners": copy.deepcopy(runners or single()),
-            },
-            "status": {"instanceStatuses": copy.deepcopy(rows)},
-        }
-    )
+#: This file's runners tolerate nothing: release does not read tolerations.
+single = partial(slicekit.single, tolerations=None)
+multi = partial(slicekit.multi, tolerations=None)
+#: This file's Slices were created at NOW.
+sl = partial(slicekit.sl, created=NOW)
 
 
 def verdict_of(rep: Replica, config: Config = CONFIG) -> Verdict:
-    return validate(rep, config, PROVISION_ONLY)
-
-
-SLOT0 = Slot(0, 0)
-
-
-def sl(
-    name: str | None = None,
-    *,
-    slot: Slot | None = SLOT0,
-    owner: str = UID,
-    type_: str = "tpu7x",
-    topology: str = "2x2x1",
-    terminating: bool = False,
-    uid: str | None = None,
-    rv: str = "41",
-) -> SliceInfo:
-    if name is None:
-        assert slot is not None
-        name = n(slot.instance, slot.ordinal)
-    return SliceInfo(
-        name=name,
-        uid=uid or f"uid-{name}",
-        resource_version=rv,
-        created=NOW,
-        owner_uid=owner,
-        owner=f"{NAMESPACE}/{NAME}",
-        slot=slot,
-        slice_type=type_,
-        topology=topology,
-        state="ACTIVE",
-        status="True",
-        partitions=("p1",),
-        terminating=terminating,
-    )
-
-
-def pod(
-    name: str,
-    slice_name: str = "",
-    *,
-    namespace: str = NAMESPACE,
-    node: str = "node-a",
-    terminating: bool = False,
-    terminal: bool = False,
-    chips: int = 4,
-) -> Pod:
-    return Pod(
-        namespace=namespace,
-        name=name,
-        uid=f"uid-{name}",
-        node=node,
-        slice_name=slice_name,
-        terminating=terminating,
-        terminal=terminal,
-        chips=chips,
-    )
+    return validate(rep, config, BOTH_PROVISION_ONLY)
 
 
 # -- regression: the type counts, not only the topology ---------------------------------------
@@ -226,7 +103,7 @@ def test_a_wrong_type_slice_of_the_right_topology_is_released() -> None:
         pytest.param(single(), [row(0, active=1)], {Slot(0, 1)}, id="single: active ordinal 1"),
         pytest.param(
             single(),
-            [row(0, "Updating", operation=op())],
+            [row(0, "Updating", operation=update_op())],
             {Slot(0, 0), Slot(0, 1)},
             id="single with an operation: both ordinals",
         ),
@@ -237,14 +114,17 @@ def test_a_wrong_type_slice_of_the_right_topology_is_released() -> None:
             id="single: row without activeOrdinal",
         ),
         pytest.param(
-            single(), [row(0, "Deleting", operation=op())], set(), id="a Deleting row wants none"
+            single(),
+            [row(0, "Deleting", operation=update_op())],
+            set(),
+            id="a Deleting row wants none",
         ),
         pytest.param(single(), [], set(), id="no rows want nothing"),
         pytest.param(single(), [row(0), row(3)], {Slot(0, 0), Slot(3, 0)}, id="two instances"),
         pytest.param(multi(), [row(0, active=1)], {Slot(0, 0)}, id="multi-pod: ordinal 0"),
         pytest.param(
             multi(),
-            [row(0, "Updating", operation=op(surge=3))],
+            [row(0, "Updating", operation=update_op(surge=3))],
             {Slot(0, 0), Slot(3, 0)},
             id="multi-pod: the surge target counts",
         ),
@@ -286,7 +166,7 @@ def test_a_slice_is_kept_only_with_a_wanted_slot_its_name_and_the_demands_shape(
 
 
 def test_no_slice_is_kept_without_a_demand() -> None:
-    rep = replica(single())
+    rep = replica(single(), [row(0)])
     assert not keep(sl(), rep, None, frozenset({Slot(0, 0)}))
 
 
@@ -318,9 +198,9 @@ def test_a_slice_named_by_an_unfinished_pod_of_the_component_is_pinned(
 @pytest.mark.parametrize(
     ("rep", "provision_only"),
     [
-        pytest.param(replica(single(opt_in=None), [row(0)]), PROVISION_ONLY, id="opted out"),
+        pytest.param(replica(single(opt_in=None), [row(0)]), BOTH_PROVISION_ONLY, id="opted out"),
         pytest.param(
-            replica(single(opt_in="false"), [row(0)]), PROVISION_ONLY, id="opted out by false"
+            replica(single(opt_in="false"), [row(0)]), BOTH_PROVISION_ONLY, id="opted out by false"
         ),
         pytest.param(replica(single(), [row(0)]), frozenset(), id="no demand: a static pool"),
     ],
@@ -342,7 +222,7 @@ def test_a_replica_without_a_demand_releases_every_slice_it_owns(
 
 
 def test_an_invalid_demand_releases_nothing() -> None:
-    rep = replica(single(chips_ok=False), [row(1)])
+    rep = replica(single(chips=3, requests=False), [row(1)])
     verdict = verdict_of(rep)
     assert verdict.error
     assert unwanted(rep, verdict, [sl(), sl(slot=Slot(0, 1), topology="2x2x2")], []) == []
@@ -479,7 +359,7 @@ def test_a_confirmed_sweep_is_deferred_while_another_workload_holds_chips() -> N
 
 
 def test_an_invalid_demand_confirms_no_sweep() -> None:
-    rep = replica(single(chips_ok=False), [row(1)])
+    rep = replica(single(chips=3, requests=False), [row(1)])
     assert confirm_sweep(sl(), sl(), rep, verdict_of(rep), [], []) is None
 
 
@@ -538,7 +418,7 @@ def rows_strategy(draw: st.DrawFn) -> list[JSON]:
             i,
             draw(st.sampled_from(["Ready", "Updating", "Deleting"])),
             draw(st.sampled_from([0, 1])),
-            draw(st.one_of(st.none(), st.just(op()), st.integers(0, 3).map(op))),
+            draw(st.one_of(st.none(), st.just(update_op()), st.integers(0, 3).map(update_op))),
         )
         for i in sorted(draw(st.sets(st.integers(0, 3), max_size=3)))
     ]
@@ -571,7 +451,7 @@ def test_the_sweep_never_releases_a_foreign_terminating_pinned_or_kept_slice(
         "single": single(),
         "multi": multi(),
         "opted-out": single(opt_in=None),
-        "invalid": single(chips_ok=False),
+        "invalid": single(chips=3, requests=False),
     }[kind]
     rep = replica(runners, rows, deleting=deleting)
     verdict = verdict_of(rep)

@@ -3,17 +3,14 @@ Slice, with every message verbatim; a host is read from its Node by ``Host.from_
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.tpuslice.hosts import Host, host_problems, instance_host_problems, tolerates
-
-JSON = dict[str, Any]
-
-SLICE_LABEL = "cloud.google.com/gke-tpu-slice"
+from test.unit.slicekit import JSON, TPU_TOLERATION
+from test.unit.slicekit import SLICE as SLICE_LABEL
+from test.unit.slicekit import UNSCHEDULABLE_TOLERATION as UNSCHEDULABLE
 
 
 def node(
@@ -30,12 +27,6 @@ def node(
     return obj
 
 
-TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-UNSCHEDULABLE = {
-    "key": "node.kubernetes.io/unschedulable",
-    "operator": "Exists",
-    "effect": "NoSchedule",
-}
 N3 = "node gke-tpu-pool-node-3"
 
 # -- F1, F2 ----------------------------------------------------------------------------------------
@@ -63,25 +54,13 @@ N3 = "node gke-tpu-pool-node-3"
         ),
         pytest.param(
             node(cordoned=True),
-            [
-                {
-                    "key": "node.kubernetes.io/unschedulable",
-                    "operator": "Exists",
-                    "effect": "NoSchedule",
-                }
-            ],
+            [UNSCHEDULABLE],
             [],
             id="cordon tolerated",
         ),
         pytest.param(
             node(cordoned=True),
-            [
-                {
-                    "key": "node.kubernetes.io/unschedulable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                }
-            ],
+            [{**UNSCHEDULABLE, "effect": "NoExecute"}],
             [f"{N3} is cordoned"],
             id="other effect does not tolerate",
         ),

@@ -19,9 +19,9 @@ from ome.tpuslice.naming import (
     slot_for,
     slot_of_name,
 )
+from test.unit.slicekit import GUIDE_HASH as H
+from test.unit.slicekit import UID
 
-UID = "6a1f2b3c-0000-4000-8000-000000000001"
-H = "8f3a21c7"
 DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 # -- D1, D2 ----------------------------------------------------------------------------------------
@@ -123,16 +123,12 @@ def test_distinct_slots_or_owners_get_distinct_names(
 def test_distinct_slots_of_one_owner_get_distinct_names_near_each_other(
     replica: str, instance: int, ordinal: int, hash8: str
 ) -> None:
-    names = {
-        slice_name(replica, Slot(i, o), hash8)
-        for i in (instance, instance + 1, instance * 10 + 1, 10 * instance)
-        for o in (ordinal, 1 - ordinal, 10 + ordinal)
-    }
     slots = {
         (i, o)
         for i in (instance, instance + 1, instance * 10 + 1, 10 * instance)
         for o in (ordinal, 1 - ordinal, 10 + ordinal)
     }
+    names = {slice_name(replica, Slot(i, o), hash8) for i, o in slots}
     assert len(names) == len(slots)
 
 
