@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -14,8 +15,13 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.informer.informer import SharedInformer
 
+from ome.sim.apiserver import EmbeddedAPIServer
+from ome.sim.apiserver.api import WriteOptions
+from ome.sim.apiserver.store import Watcher
 from test.conftest import Cluster
 from test.sim.manifests import configmap, pod
+
+JSON = dict[str, Any]
 
 
 def stream(cluster: Cluster, path: str, timeout: float = 10) -> Iterator[dict[str, Any]]:
@@ -207,3 +213,249 @@ def test_watch_of_one_object_by_name(cluster: Cluster) -> None:
         )
     )
     assert [e["object"]["metadata"]["name"] for e in events] == ["b"]
+
+
+# -- bookmarks never run ahead of the events queued for the watcher ---------------------------
+
+CONFIGMAPS = ("", "configmaps")
+Seen = tuple[str, str, int]  # (type, name, resourceVersion) of one delivered event
+Writes = Callable[[EmbeddedAPIServer], Awaitable[None]]
+
+
+def churn(n: int = 120, labels: Callable[[int], dict[str, str]] | None = None) -> Writes:
+    """``n`` creates, then updates of every third and deletes of every fifth configmap in
+    ``default``, then a write to ``kube-system`` that no ``default`` watch matches: one burst,
+    run on the server's loop, so every event is queued before the watch can send any."""
+
+    async def writes(server: EmbeddedAPIServer) -> None:
+        api, opts = server.api, WriteOptions()
+        rt = server.registry.by_key(*CONFIGMAPS)
+        assert rt is not None
+        names = [f"burst-{i}" for i in range(n)]
+        for i, name in enumerate(names):
+            body = configmap(name, labels=labels(i)) if labels else configmap(name)
+            await api.create(rt, "v1", "default", body, opts)
+        for name in names[::3]:
+            body = api.get(rt, "v1", "default", name)
+            body["data"] = {"k": "updated"}
+            await api.update(rt, "v1", "default", name, body, "", opts)
+        for name in names[::5]:
+            await api.delete(rt, "v1", "default", name, {}, opts)
+        await api.create(rt, "v1", "kube-system", configmap("elsewhere", "kube-system"), opts)
+
+    return writes
+
+
+@dataclass
+class Due:
+    """Runs ``writes`` on the server's loop the first time a configmaps watch's ``kind``
+    ("bookmark" or "deadline") comes due, before the server writes anything for it: the
+    writes' events are then queued for that watcher, not yet sent, as its bookmark is made.
+    ``done`` is set once they are all committed, ``watcher`` is the watch they hit."""
+
+    server: EmbeddedAPIServer
+    kind: str
+    writes: Writes
+    watcher: Watcher | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    async def __call__(self, kind: str, watcher: Watcher) -> None:
+        if kind == self.kind and watcher.tkey == CONFIGMAPS and self.watcher is None:
+            self.watcher = watcher
+            await self.writes(self.server)
+            self.done.set()
+
+
+def writes_when_due(cluster: Cluster, kind: str, writes: Writes) -> Due:
+    due = Due(cluster.server, kind, writes)
+    cluster.thread.call(lambda: setattr(cluster.server, "on_watch_due", due))
+    return due
+
+
+def history(
+    cluster: Cluster, since: int, selected: Callable[[JSON], bool] = lambda _: True
+) -> list[Seen]:
+    """Every configmap change in ``default`` after ``since``, as the store committed it."""
+    return cluster.thread.call(
+        lambda: [
+            (c.type, c.obj["metadata"]["name"], c.rv)
+            for c in cluster.server.store.history
+            if c.tkey == CONFIGMAPS
+            and c.rv > since
+            and c.obj["metadata"]["namespace"] == "default"
+            and selected(c.obj)
+        ]
+    )
+
+
+def create(cluster: Cluster, name: str) -> None:
+    status, body, _ = cluster.request(
+        "POST", "/api/v1/namespaces/default/configmaps", configmap(name)
+    )
+    assert status == 201, body
+
+
+def rv_of(event: dict[str, Any]) -> int:
+    return int(event["object"]["metadata"]["resourceVersion"])
+
+
+def delivered(events: list[dict[str, Any]]) -> list[Seen]:
+    return [
+        (e["type"], e["object"]["metadata"]["name"], rv_of(e))
+        for e in events
+        if e["type"] != "BOOKMARK"
+    ]
+
+
+def assert_in_resource_version_order(events: list[dict[str, Any]]) -> None:
+    """Events and bookmarks alike: nothing after a bookmark is older than it."""
+    highest = 0
+    for i, e in enumerate(events):
+        rv = rv_of(e)
+        assert rv >= highest, (
+            f"event {i} ({e['type']} at {rv}) comes after a resourceVersion of {highest}: "
+            f"the stream starts {[(x['type'], rv_of(x)) for x in events[: i + 2]][-6:]}"
+        )
+        highest = rv
+
+
+def assert_resuming_misses_nothing(
+    cluster: Cluster, path: str, before: list[Seen], bookmark: int, expected: list[Seen]
+) -> None:
+    """A client that saw ``before`` and then the bookmark resumes from the bookmark's
+    resourceVersion: together the two watches hold every change, none twice."""
+    resumed = delivered(
+        list(stream(cluster, f"{path}&resourceVersion={bookmark}&timeoutSeconds=1"))
+    )
+    lost = [c for c in expected if c not in before + resumed]
+    assert not lost, (
+        f"a client resuming from the BOOKMARK at {bookmark} never sees {len(lost)} of "
+        f"{len(expected)} changes: {lost[:5]}..."
+    )
+    assert before + resumed == expected
+
+
+def test_a_watch_that_times_out_delivers_every_event_before_its_bookmark_in_order(
+    cluster: Cluster,
+) -> None:
+    since = cluster.thread.call(lambda: cluster.server.store.rv)
+    create(cluster, "before")
+    due = writes_when_due(cluster, "deadline", churn())
+    path = "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true"
+    events = list(stream(cluster, f"{path}&resourceVersion={since}&timeoutSeconds=1"))
+    assert due.done.is_set()
+    current = cluster.thread.call(lambda: cluster.server.store.rv)
+    expected = history(cluster, since)
+    assert len(expected) == 1 + 120 + 40 + 24
+
+    assert events[-1]["type"] == "BOOKMARK", "a watch with bookmarks ends with one"
+    bookmark = rv_of(events[-1])
+    sent = delivered(events)
+    unsent = [c for c in expected if c not in sent and c[2] <= bookmark]
+    assert not unsent, (
+        f"{len(unsent)} of {len(expected)} events were never sent, yet the final BOOKMARK "
+        f"says {bookmark}: {unsent[:5]}..."
+    )
+    assert sent == expected, "every event of every write, in resourceVersion order"
+    assert_in_resource_version_order(events)
+    # Nothing is pending once every event is out: the bookmark may then take the current
+    # resourceVersion, past the kube-system write this watch does not match.
+    assert sent[-1][2] < bookmark == current
+
+    create(cluster, "after")
+    assert_resuming_misses_nothing(cluster, path, sent, bookmark, history(cluster, since))
+
+
+def test_a_periodic_bookmark_comes_after_every_event_queued_before_it(cluster: Cluster) -> None:
+    since = cluster.thread.call(lambda: cluster.server.store.rv)
+    create(cluster, "before")
+    due = writes_when_due(cluster, "bookmark", churn())
+    path = "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true"
+    # The fixture's bookmark interval is 0.5s: the first periodic bookmark fires the burst.
+    events = list(stream(cluster, f"{path}&resourceVersion={since}&timeoutSeconds=2"))
+    assert due.done.is_set()
+    expected = history(cluster, since)
+
+    assert_in_resource_version_order(events)
+    assert delivered(events) == expected
+    first = next(i for i, e in enumerate(events) if e["type"] == "BOOKMARK")
+    bookmark = rv_of(events[first])
+    before = delivered(events[:first])
+    assert before == expected, "the burst was queued before the first periodic bookmark"
+    assert bookmark >= before[-1][2]
+    # A client whose connection drops just after that bookmark resumes from it.
+    create(cluster, "after")
+    assert_resuming_misses_nothing(cluster, path, before, bookmark, history(cluster, since))
+
+
+def test_a_filtered_watch_bookmark_passes_other_objects_only_after_its_own_events(
+    cluster: Cluster,
+) -> None:
+    since = cluster.thread.call(lambda: cluster.server.store.rv)
+    due = writes_when_due(
+        cluster, "deadline", churn(labels=lambda i: {"tier": "web" if i % 2 else "db"})
+    )
+    path = (
+        "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true"
+        "&labelSelector=tier%3Dweb"
+    )
+    events = list(stream(cluster, f"{path}&resourceVersion={since}&timeoutSeconds=1"))
+    assert due.done.is_set()
+    current = cluster.thread.call(lambda: cluster.server.store.rv)
+
+    def web(obj: JSON) -> bool:
+        return bool(obj["metadata"].get("labels", {}).get("tier") == "web")
+
+    expected = history(cluster, since, web)
+    assert len(expected) == 60 + 20 + 12
+    assert events[-1]["type"] == "BOOKMARK"
+    bookmark = rv_of(events[-1])
+    sent = delivered(events)
+    assert sent == expected, "every matching event, in resourceVersion order"
+    assert_in_resource_version_order(events)
+    # Half the burst and its last write match nothing here; once the watch's own events are
+    # out, its bookmark still moves on to the current resourceVersion, as kube-apiserver's does.
+    assert sent[-1][2] < bookmark == current
+    assert_resuming_misses_nothing(cluster, path, sent, bookmark, history(cluster, since, web))
+
+
+def test_a_change_landing_while_a_timed_out_watch_catches_up_is_left_past_its_bookmark(
+    cluster: Cluster,
+) -> None:
+    since = cluster.thread.call(lambda: cluster.server.store.rv)
+    create(cluster, "before")
+    big = "x" * (512 * 1024)
+
+    async def burst(server: EmbeddedAPIServer) -> None:
+        rt = server.registry.by_key(*CONFIGMAPS)
+        assert rt is not None
+        for i in range(64):
+            body = configmap(f"big-{i}") | {"data": {"k": big}}
+            await server.api.create(rt, "v1", "default", body, WriteOptions())
+
+    due = writes_when_due(cluster, "deadline", burst)
+    path = "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true"
+    url = f"{cluster.url}{path}&resourceVersion={since}&timeoutSeconds=1"
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        events = [json.loads(resp.readline())]  # "before": the watch is subscribed
+        assert due.done.wait(10)
+        # 32 MiB of events outgrow the socket buffers of a client that reads nothing: the
+        # server is still sending them when this write lands in the watcher's queue.
+        create(cluster, "landed")
+        assert cluster.thread.call(lambda: due.watcher in cluster.server._watches), (
+            "the watch is still sending the burst queued before its deadline as this lands"
+        )
+        events += [json.loads(line) for line in resp if line.strip()]
+    expected = history(cluster, since)
+    landed = expected[-1]
+    assert landed[1] == "landed"
+
+    assert events[-1]["type"] == "BOOKMARK"
+    bookmark = rv_of(events[-1])
+    sent = delivered(events)
+    assert sent == expected[:-1], "the burst, queued before the deadline, is all sent"
+    assert_in_resource_version_order(events)
+    # "landed" is still queued as the bookmark is made: the bookmark stays below it, at the
+    # last event sent, and the resumed watch delivers it.
+    assert bookmark == sent[-1][2] < landed[2]
+    assert_resuming_misses_nothing(cluster, path, sent, bookmark, expected)

@@ -123,6 +123,11 @@ class EmbeddedAPIServer:
         self.faults = Faults()
         self._runner: web.AppRunner | None = None
         self._watches: dict[Watcher, web.Request] = {}
+        #: In-process tests only: called on the loop (and awaited if it returns an awaitable)
+        #: as a watch's periodic bookmark (``"bookmark"``) or its ``timeoutSeconds``
+        #: (``"deadline"``) comes due, before anything is written for it. A test lands writes
+        #: there to stage a bookmark that fires while events are still queued for the watcher.
+        self.on_watch_due: Callable[[str, Watcher], Awaitable[None] | None] | None = None
         self._seed()
 
     @property
@@ -609,26 +614,60 @@ class EmbeddedAPIServer:
                 )
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
+            # The resourceVersion of the last change taken off the queue: every change of the
+            # type up to it has been sent (or matched nothing here). Changes come off the
+            # queue in resourceVersion order, as the store committed them.
+            done = snapshot_rv
+
+            async def send(change: Change) -> None:
+                nonlocal columns_sent, done
+                for etype, obj in self._translate(t, sel, change):
+                    columns_sent = await self._send(
+                        response, t, output, q, etype, obj, columns_sent
+                    )
+                done = change.rv
+
+            async def catch_up() -> int | None:
+                """Send what is queued up to the current resourceVersion and return the one a
+                bookmark may carry, as kube's watch cache does: never ahead of an event still
+                to send. That is the current resourceVersion when nothing is left queued (so a
+                filtered watch moves on past objects it does not match), else the last change
+                sent: what landed while sending stays queued and follows the bookmark. None
+                when the stream was closed meanwhile."""
+                upto = self.store.rv
+                while done < upto and not watcher.queue.empty():
+                    change = watcher.queue.get_nowait()
+                    if change is None:
+                        return None
+                    await send(change)
+                return self.store.rv if watcher.queue.empty() else done
+
             while True:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
+                    await self._watch_due("deadline", watcher)
                     if bookmarks:
-                        await _write_event(response, "BOOKMARK", self._bookmark(t, self.store.rv))
+                        rv_now = await catch_up()
+                        if rv_now is not None:
+                            await _write_event(response, "BOOKMARK", self._bookmark(t, rv_now))
                     break
                 try:
                     change: Change | None = await asyncio.wait_for(
                         _next(watcher), min(remaining, self.bookmark_interval)
                     )
                 except TimeoutError:
+                    # A change can still be queued here: one that landed as the wait timed
+                    # out stays in the queue (Queue.get keeps it when cancelled).
                     if bookmarks and loop.time() < deadline:
-                        await _write_event(response, "BOOKMARK", self._bookmark(t, self.store.rv))
+                        await self._watch_due("bookmark", watcher)
+                        rv_now = await catch_up()
+                        if rv_now is None:
+                            break
+                        await _write_event(response, "BOOKMARK", self._bookmark(t, rv_now))
                     continue
                 if change is None:
                     break
-                for etype, obj in self._translate(t, sel, change):
-                    columns_sent = await self._send(
-                        response, t, output, q, etype, obj, columns_sent
-                    )
+                await send(change)
             await response.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass
@@ -636,6 +675,13 @@ class EmbeddedAPIServer:
             self.store.unsubscribe(watcher)
             self._watches.pop(watcher, None)
         return response
+
+    async def _watch_due(self, kind: str, watcher: Watcher) -> None:
+        hook = self.on_watch_due
+        if hook is not None:
+            result = hook(kind, watcher)
+            if result is not None:
+                await result
 
     def _translate(self, t: Target, sel: Selection, change: Change) -> list[tuple[str, JSON]]:
         """An object entering the selection is ADDED to this watcher, one leaving it is
