@@ -6,7 +6,11 @@ from __future__ import annotations
 import copy
 import io
 import json
+import random
 import re
+import subprocess
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -1050,3 +1054,416 @@ def test_manager_dispatches_check_config(
     path.write_text(GUIDE_CONFIG_JSON)
     assert main(["check-config", str(path)]) == 0
     assert capsys.readouterr().out == "ok\n"
+
+
+# -- hostile input: one clear verdict, quickly, never a traceback ----------------------------
+
+TOO_DEEP = "malformed JSON object: nesting too deep"
+DEEP = 100_000
+BIG_DIGITS = "1" + "0" * 5000  # 10**5000: beyond int()'s 4300-digit limit
+TEN_MB = 10_000_000
+PNG = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"  # binary garbage, as text
+VALUES_HEAD = "ome:\n  controller:\n    tpuSliceProvisioning:\n"
+OFF_LINE = "ok: ome.controller.tpuSliceProvisioning is not set, so TPU slice provisioning is off"
+QUICK = 2.0  # seconds, for any one check of any one input, 10 MB included
+
+
+def guide_with(old: str, new: str) -> str:
+    assert old in GUIDE_CONFIG_JSON
+    return GUIDE_CONFIG_JSON.replace(old, new, 1)
+
+
+def chips_per_host(literal: str) -> str:
+    return guide_with('"chipsPerHost":4', f'"chipsPerHost":{literal}')
+
+
+def wrong_chips_per_host(got: str) -> list[str]:
+    return [f"malformed JSON object: {ACC}.chipsPerHost: expected an integer, got {got}"]
+
+
+NUL_AT = GUIDE_CONFIG_JSON.index("google.com/tpu") + len("google.com/tpu")
+
+#: (text, the errors, or None when it turns provisioning off, or [] when it is valid)
+HOSTILE_BLOCKS = [
+    pytest.param("[" * DEEP, ["expected a JSON object"], id="arrays nested 100000 deep"),
+    pytest.param('{"a":' * DEEP, [TOO_DEEP], id="objects nested 100000 deep"),
+    pytest.param('{"a":' * DEEP + "1" + "}" * DEEP, [TOO_DEEP], id="closed objects 100000 deep"),
+    pytest.param(
+        '{"a":' + "[" * DEEP + "]" * DEEP + "}", [TOO_DEEP], id="arrays deep in an object"
+    ),
+    pytest.param(
+        guide_with('"annotations":{', '"annotations":{"x":' + "[" * DEEP + "]" * DEEP + ","),
+        [TOO_DEEP],
+        id="deep under slice.annotations of a valid block",
+    ),
+    pytest.param(
+        '{"x":' + "[" * 99 + "]" * 99 + "}", ['unknown field "x"'], id="100 levels are allowed"
+    ),
+    pytest.param('{"x":' + "[" * 100 + "]" * 100 + "}", [TOO_DEEP], id="101 levels are too deep"),
+    pytest.param(
+        '{"x":"' + "[{" * DEEP + '"}', ['unknown field "x"'], id="brackets in a string do not nest"
+    ),
+    pytest.param(
+        '{"x":"\\"' + "[" * DEEP + '"}', ['unknown field "x"'], id="nor after an escaped quote"
+    ),
+    pytest.param(
+        chips_per_host("1e309"), wrong_chips_per_host("the number 1e309"), id="1e309 overflows"
+    ),
+    pytest.param(
+        chips_per_host("-1e309"), wrong_chips_per_host("the number -1e309"), id="-1e309 overflows"
+    ),
+    pytest.param(
+        chips_per_host(BIG_DIGITS), wrong_chips_per_host("a number"), id="10**5000 in digits"
+    ),
+    pytest.param(
+        chips_per_host("-" + BIG_DIGITS), wrong_chips_per_host("a number"), id="-10**5000"
+    ),
+    pytest.param(
+        guide_with('"google.com/tpu"', BIG_DIGITS),
+        ["malformed JSON object: chipResource: expected a string, got a number"],
+        id="10**5000 for a string",
+    ),
+    pytest.param(
+        guide_with('"google.com/tpu"', "1e309"),
+        ["malformed JSON object: chipResource: expected a string, got the number 1e309"],
+        id="1e309 for a string",
+    ),
+    pytest.param(
+        chips_per_host("NaN"), ["malformed JSON object: NaN is not a JSON value"], id="NaN"
+    ),
+    pytest.param(
+        chips_per_host("Infinity"),
+        ["malformed JSON object: Infinity is not a JSON value"],
+        id="Infinity",
+    ),
+    pytest.param(
+        chips_per_host("-Infinity"),
+        ["malformed JSON object: -Infinity is not a JSON value"],
+        id="-Infinity",
+    ),
+    pytest.param(
+        "{\x00}",
+        [
+            "malformed JSON object: Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)"
+        ],
+        id="a NUL byte",
+    ),
+    pytest.param("\x00", ["expected a JSON object"], id="only a NUL byte"),
+    pytest.param(
+        GUIDE_CONFIG_JSON[:NUL_AT] + "\x00" + GUIDE_CONFIG_JSON[NUL_AT:],
+        [
+            f"malformed JSON object: Invalid control character at: line 1 column {NUL_AT + 1} "
+            f"(char {NUL_AT})"
+        ],
+        id="a NUL byte in a string",
+    ),
+    pytest.param(PNG, ["expected a JSON object"], id="binary garbage"),
+    pytest.param(
+        "{" + PNG,
+        [
+            "malformed JSON object: Expecting property name enclosed in double quotes: "
+            "line 1 column 2 (char 1)"
+        ],
+        id="binary garbage after a brace",
+    ),
+    pytest.param("\ufeff" + GUIDE_CONFIG_JSON, ["expected a JSON object"], id="a byte order mark"),
+    pytest.param(
+        guide_with('"slice-scheduler"', '"' + "s" * TEN_MB + '"'),
+        [],
+        id="10 MB: one huge annotation value",
+    ),
+    pytest.param(
+        guide_with('{"accelerators"', '{"x":"' + "s" * TEN_MB + '","accelerators"'),
+        ['unknown field "x"'],
+        id="10 MB: one huge string in an unknown field",
+    ),
+    pytest.param(
+        chips_per_host("[" + "4," * (TEN_MB // 2) + "4]"),
+        wrong_chips_per_host("an array"),
+        id="10 MB: a huge array",
+    ),
+    pytest.param(
+        guide_with(
+            '"annotations":{',
+            '"annotations":{"x":[' + "[]," * 10**6 + '"' + "s" * (TEN_MB - 3 * 10**6) + '"],',
+        ),
+        ["malformed JSON object: slice.annotations[x]: expected a string, got an array"],
+        id="10 MB: a million arrays and a long string",
+    ),
+    pytest.param("", None, id="empty"),
+    pytest.param(" \n\t\r\n ", None, id="whitespace only"),
+]
+
+
+def expected_check(errors: list[str] | None) -> tuple[int, str, str]:
+    """What check-config prints for a block with these errors."""
+    if errors is None:
+        return 0, OFF_LINE + "\n", ""
+    if not errors:
+        return 0, "ok\n", ""
+    return 1, "invalid tpuSliceProvisioning config:\n" + "".join(e + "\n" for e in errors), ""
+
+
+def timed(check: Any, *args: Any) -> Any:
+    start = time.monotonic()
+    result = check(*args)
+    assert time.monotonic() - start < QUICK
+    return result
+
+
+def parse_verdict(text: str) -> list[str] | None:
+    try:
+        return [] if parse(text) is not None else None
+    except ConfigError as e:
+        assert str(e) == "invalid tpuSliceProvisioning config: " + "\n".join(e.errors)
+        return list(e.errors)
+
+
+@pytest.mark.parametrize(("text", "errors"), HOSTILE_BLOCKS)
+def test_hostile_block_gets_one_clear_verdict_from_parse(
+    text: str, errors: list[str] | None
+) -> None:
+    assert timed(parse_verdict, text) == errors
+
+
+@pytest.mark.parametrize(("text", "errors"), HOSTILE_BLOCKS)
+def test_hostile_block_gets_the_same_verdict_from_check_config(
+    tmp_path: Path, text: str, errors: list[str] | None
+) -> None:
+    expected = expected_check(errors)
+    assert timed(run_check, ["-"], text) == expected
+    path = tmp_path / "block.json"
+    path.write_bytes(text.encode())
+    assert timed(run_check, [str(path)]) == expected
+
+
+def values_with(block: str) -> str:
+    """A values file whose block is ``block``, in YAML flow style on one line."""
+    return VALUES_HEAD.rstrip("\n") + " " + block + "\n"
+
+
+def nested_keys(levels: int) -> str:
+    """A values file whose block nests ``levels`` mappings in block style."""
+    return VALUES_HEAD + "".join("  " * (3 + i) + "k:\n" for i in range(levels))
+
+
+def alias_chain(links: int) -> str:
+    """A values file whose block nests ``links + 1`` arrays through aliases, each line short."""
+    anchors = "a0: &a0 []\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, links + 1))
+    return anchors + VALUES_HEAD + f"      x: *a{links}\n"
+
+
+HOSTILE_VALUES = [
+    pytest.param(
+        values_with('{"x": ' + "[" * DEEP + "]" * DEEP + "}"), [TOO_DEEP], id="deep flow block"
+    ),
+    pytest.param(values_with('{"x": ' + "[" * DEEP), [TOO_DEEP], id="deep flow block, unclosed"),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("slice-scheduler", "{x: " + "[" * DEEP + "]" * DEEP + "}"),
+        [TOO_DEEP],
+        id="deep under slice.annotations of the guide's values",
+    ),
+    pytest.param(nested_keys(DEEP // 50), [TOO_DEEP], id="2000 nested keys in block style"),
+    pytest.param(
+        values_with("{x: " + "[" * 99 + "]" * 99 + "}"),
+        ['unknown field "x"'],
+        id="100 levels are allowed",
+    ),
+    pytest.param(
+        values_with("{x: " + "[" * 100 + "]" * 100 + "}"), [TOO_DEEP], id="101 levels are too deep"
+    ),
+    pytest.param(nested_keys(100), ['unknown field "k"'], id="100 nested keys are allowed"),
+    pytest.param(nested_keys(101), [TOO_DEEP], id="101 nested keys are too deep"),
+    pytest.param(alias_chain(98), ['unknown field "x"'], id="100 levels through aliases"),
+    pytest.param(alias_chain(1000), [TOO_DEEP], id="1001 levels through aliases"),
+    pytest.param(
+        # Not read as a values file, as a YAML syntax error is not: the text is checked as is.
+        "other: " + "[" * DEEP + "\n" + GUIDE_VALUES_YAML,
+        ["expected a JSON object"],
+        id="deep outside the block",
+    ),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("chipsPerHost: 4", "chipsPerHost: " + BIG_DIGITS),
+        wrong_chips_per_host("a number"),
+        id="10**5000 in digits",
+    ),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("chipsPerHost: 4", "chipsPerHost: -1_" + BIG_DIGITS[1:]),
+        wrong_chips_per_host("a number"),
+        id="-10**5000 with an underscore",
+    ),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("readyTimeout: 10m", "readyTimeout: 2024-13-45"),
+        ['slice.readyTimeout: "2024-13-45" must be a positive duration'],
+        id="a date that is no date is a string",
+    ),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("readyTimeout: 10m", "readyTimeout: .inf"),
+        ["malformed JSON object: Infinity is not a JSON value"],
+        id=".inf",
+    ),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("[ACTIVE, ACTIVE_DEGRADED]", "!!set {ACTIVE}"),
+        ["malformed JSON object: slice.readyStates: expected an array, got an object"],
+        id="a set is a mapping",
+    ),
+    pytest.param(
+        GUIDE_VALUES_YAML.replace("google.com/tpu", "!!binary Z29vZ2xlLmNvbS90cHU="),
+        [],
+        id="binary is its text",
+    ),
+    pytest.param("\ufeff" + GUIDE_VALUES_YAML, [], id="a byte order mark"),
+    pytest.param(VALUES_HEAD, None, id="an empty block"),
+]
+
+
+@pytest.mark.parametrize(("text", "errors"), HOSTILE_VALUES)
+def test_hostile_values_file_gets_one_clear_verdict_from_check_config(
+    tmp_path: Path, text: str, errors: list[str] | None
+) -> None:
+    expected = expected_check(errors)
+    assert timed(run_check, ["-"], text) == expected
+    path = tmp_path / "values.yaml"
+    path.write_bytes(text.encode())
+    assert timed(run_check, [str(path)]) == expected
+
+
+def test_check_config_file_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    random_bytes = random.Random(20240601).randbytes(4096)
+    bad_byte = GUIDE_CONFIG_JSON.encode().replace(b"google.com/tpu", b"google.com/tpu\xff")
+    for name, data in (
+        ("random", random_bytes),
+        ("bad-byte", bad_byte),
+        ("png", PNG.encode("latin-1")),
+    ):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(UnicodeDecodeError) as e:
+            data.decode()
+        assert timed(run_check, [str(path)]) == (
+            2,
+            "",
+            f"ome-manager check-config: error: cannot read {path}: {e.value}\n",
+        )
+
+
+def test_check_config_standard_input_that_is_not_utf8_is_a_usage_error() -> None:
+    # Python reads undecodable standard input as lone surrogates (errors="surrogateescape")
+    # when the locale is C or POSIX; as a file, those bytes would be a usage error.
+    text = GUIDE_CONFIG_JSON.encode().replace(b"google.com/tpu", b"google.com/tpu\xff")
+    stdin = text.decode(errors="surrogateescape")
+    with pytest.raises(UnicodeDecodeError) as e:
+        text.decode()
+    assert run_check(["-"], stdin) == (
+        2,
+        "",
+        f"ome-manager check-config: error: cannot read standard input: {e.value}\n",
+    )
+
+
+def test_check_config_prints_a_lone_surrogate_escape_as_written() -> None:
+    # JSON can escape half a surrogate pair, which no UTF-8 output can print as it is.
+    out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
+    out = io.TextIOWrapper(out_bytes, encoding="utf-8", write_through=True)
+    err = io.TextIOWrapper(err_bytes, encoding="utf-8", write_through=True)
+    code = checkconfig.main(["-"], stdin=io.StringIO('{"\\ud800": 1}'), stdout=out, stderr=err)
+    assert (code, out_bytes.getvalue(), err_bytes.getvalue()) == (
+        1,
+        b'invalid tpuSliceProvisioning config:\nunknown field "\\ud800"\n',
+        b"",
+    )
+
+
+@pytest.mark.parametrize(
+    ("stdin", "code", "first_line"),
+    [
+        (b"[" * DEEP, 1, "invalid tpuSliceProvisioning config:"),
+        (b'{"a":' * DEEP, 1, "invalid tpuSliceProvisioning config:"),
+        (b"\xff\xfe{}", 2, "ome-manager check-config: error: cannot read standard input: "),
+        (b'{"\\udcff": 1}', 1, "invalid tpuSliceProvisioning config:"),
+    ],
+    ids=["deep arrays", "deep objects", "not UTF-8", "a lone surrogate escape"],
+)
+def test_check_config_process_never_shows_a_traceback(
+    stdin: bytes, code: int, first_line: str
+) -> None:
+    script = "import sys; from ome.entrypoints.checkconfig import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", script, "-"], input=stdin, capture_output=True, timeout=60
+    )
+    output = (done.stdout + done.stderr).decode(errors="replace")
+    assert done.returncode == code, output
+    assert output.startswith(first_line), output
+    assert "Traceback" not in output
+    assert len(output.splitlines()) == (1 if code == 2 else 2), output
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_validate_refuses_an_integer_too_long_to_print(sign: int) -> None:
+    huge = sign * 10**5000
+    assert validate(mutated({f"{ACC}.chipsPerHost": huge})) == [
+        f"{ACC}.chipsPerHost: expected an integer, got a number"
+    ]
+    assert validate(mutated({"chipResource": huge})) == [
+        "chipResource: expected a string, got a number"
+    ]
+    longest = sign * (10**4300 - 1)  # 4300 digits: still an integer, checked as one
+    digits = "9" * 4300
+    assert validate(mutated({f"{ACC}.chipsPerHost": longest})) == (
+        [f"{ACC}.chipsPerHost: must be positive, got -{digits}"]
+        if sign < 0
+        else [
+            f"{ACC}.topologies[{i}]: topology {topology} is {chips} chips, not a whole number "
+            f"of {digits}-chip hosts"
+            for i, (topology, chips) in enumerate((("2x2x1", 4), ("2x2x2", 8)))
+        ]
+    )
+
+
+LAUGHS = 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10)
+)
+MERGE_CHAIN = "m0: &m0 {k0: 1}\n" + "".join(
+    f"m{i}: &m{i} {{<<: *m{i - 1}, k{i}: 1}}\n" for i in range(1, 3000)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            LAUGHS + VALUES_HEAD + "      x: *a9\n",
+            (
+                2,
+                "",
+                "ome-manager check-config: error: cannot read standard input: "
+                "document contains excessive aliasing\n",
+            ),
+            id="a billion laughs in the block",
+        ),
+        pytest.param(
+            MERGE_CHAIN + VALUES_HEAD + "      x: *m2999\n",
+            (
+                2,
+                "",
+                "ome-manager check-config: error: cannot read standard input: "
+                "document contains excessive aliasing\n",
+            ),
+            id="a chain of 3000 merges",
+        ),
+        pytest.param(LAUGHS + GUIDE_VALUES_YAML, (0, "ok\n", ""), id="laughs beside the block"),
+        pytest.param(
+            "t: &t [2x2x1, 2x2x2]\nsettings: &s {chipResource: google.com/tpu}\n"
+            + GUIDE_VALUES_YAML.replace('["2x2x1", "2x2x2"]', "*t").replace(
+                "      chipResource: google.com/tpu\n", "      <<: *s\n"
+            ),
+            (0, "ok\n", ""),
+            id="an alias and a merge key, as meant",
+        ),
+    ],
+)
+def test_check_config_refuses_a_values_file_whose_aliases_multiply_it(
+    text: str, expected: tuple[int, str, str]
+) -> None:
+    assert timed(run_check, ["-"], text) == expected

@@ -1,7 +1,8 @@
 """``ome-manager check-config FILE``: check a ``tpuSliceProvisioning`` block before deploying it.
 
 It reads one file (or standard input) and prints ``config.parse``'s verdict; it never talks to
-a cluster and adds no configuration rule or message of its own.
+a cluster and adds no configuration rule or message of its own. Whatever the input, it prints
+one verdict, quickly, and never a traceback.
 """
 
 from __future__ import annotations
@@ -11,11 +12,19 @@ import contextlib
 import datetime
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import yaml
 
-from ome.tpuslice.config import INVALID_CONFIG, ConfigError, parse
+from ome.tpuslice.config import (
+    INVALID_CONFIG,
+    MAX_DEPTH,
+    TOO_DEEP,
+    ConfigError,
+    parse,
+    too_deep,
+)
 
 PROG = "ome-manager check-config"
 VALUES_PATH = ("ome", "controller", "tpuSliceProvisioning")
@@ -47,8 +56,11 @@ def main(
 
     Choices where the spec is silent: the verdict (``ok``, or the errors) goes to standard
     output and usage errors to standard error; an unreadable file (missing, a directory, not
-    UTF-8) is a usage error. A values file whose block is missing or empty turns provisioning
-    off, which is valid but rarely meant, so it prints ``ok: ...`` with the reason."""
+    UTF-8, on standard input too; YAML whose aliases multiply it, a "billion laughs") is a usage
+    error. A values file whose block is missing or
+    empty turns provisioning off, which is valid but rarely meant, so it prints ``ok: ...`` with
+    the reason. A line the output cannot encode (half a surrogate pair, which JSON can escape)
+    is printed with that character backslash-escaped."""
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
@@ -58,26 +70,34 @@ def main(
             args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:  # --help, or a usage error argparse already printed
         return exit_.code if isinstance(exit_.code, int) else 2
+    shown = "standard input" if args.file == "-" else args.file
     try:
         text = stdin.read() if args.file == "-" else _read(args.file)
-    except (OSError, UnicodeDecodeError) as err:
-        shown = "standard input" if args.file == "-" else args.file
+        # Standard input read with errors="surrogateescape" (a C or POSIX locale) holds the
+        # bytes that are not UTF-8 as lone surrogates: decoding them again fails as a file does.
+        text.encode("utf-8", "surrogateescape").decode("utf-8")
+    except (OSError, UnicodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        print(f"{PROG}: error: cannot read {shown}: {reason}", file=stderr)
+        _print(f"{PROG}: error: cannot read {shown}: {reason}", stderr)
         return 2
-    block = config_block(text)
-    if block is None:
-        print(OFF, file=stdout)
-        return 0
     try:
-        settings = parse(block)
+        block = config_block(text)
+        settings = None if block is None else parse(block)
     except ConfigError as err:
-        print(f"{INVALID_CONFIG}:", file=stdout)
+        _print(f"{INVALID_CONFIG}:", stdout)
         for error in err.errors:
-            print(error, file=stdout)
+            _print(error, stdout)
         return 1
-    print("ok" if settings is not None else OFF, file=stdout)
+    except _ExcessiveAliasingError as err:  # Helm cannot read it either
+        _print(f"{PROG}: error: cannot read {shown}: {err}", stderr)
+        return 2
+    _print("ok" if settings is not None else OFF, stdout)
     return 0
+
+
+def _print(line: str, stream: TextIO) -> None:
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    print(line.encode(encoding, "backslashreplace").decode(encoding), file=stream)
 
 
 def _read(path: str) -> str:
@@ -92,10 +112,22 @@ def config_block(text: str) -> str | None:
 
     A values file is YAML whose top level is a mapping with an ``ome`` key; that key is never a
     field of the block itself, so a JSON block (also YAML) is always checked as written, and
-    its duplicate fields or syntax errors are reported as the manager would."""
+    its duplicate fields or syntax errors are reported as the manager would. A text that never
+    spells ``ome``, not even through an escape, cannot be a values file, and a JSON object is
+    recognised as the block without YAML, which is slow on big documents.
+
+    YAML that is no values file, or cannot be read, is checked as written too; so is YAML
+    nested deeper than a block may be (``MAX_DEPTH``) outside its block. A block nested deeper
+    than that, in YAML or through aliases, raises ``ConfigError`` with ``TOO_DEEP``."""
+    if (VALUES_PATH[0] not in text and "\\" not in text) or _is_json_block(text):
+        return text
     try:
-        values = yaml.safe_load(text)
-    except yaml.YAMLError:
+        values = yaml.load(text, Loader=_ValuesLoader)
+    except _TooDeepError as deep:
+        if deep.in_block:
+            raise ConfigError([TOO_DEEP]) from None
+        return text
+    except (yaml.YAMLError, ValueError):
         return text
     if not isinstance(values, dict) or VALUES_PATH[0] not in values:
         return text
@@ -106,23 +138,151 @@ def config_block(text: str) -> str | None:
         return None
     if isinstance(block, str):
         return block
-    return json.dumps(_jsonable(block), ensure_ascii=False)
+    return _block_json(block, budget=_VALUES_PER_CHARACTER * len(text) + 100)
 
 
-def _jsonable(value: Any) -> Any:
-    """YAML values as JSON has them: keys are strings and dates are their ISO text."""
-    if isinstance(value, dict):
-        return {_key(key): _jsonable(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    return value
+def _is_json_block(text: str) -> bool:
+    """Whether ``text`` is a JSON object without an ``ome`` key, which YAML reads the same."""
+    if not text.lstrip().startswith("{") or too_deep(text):
+        return False
+    try:
+        value = json.loads(text, parse_int=len, parse_float=len)  # only the keys matter
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(value, dict) and VALUES_PATH[0] not in value
+
+
+#: Text without aliases holds at most about one and a half values a character (``{a, b}``).
+_VALUES_PER_CHARACTER = 4
+_EXCESSIVE_ALIASING = (
+    "document contains excessive aliasing"  # go-yaml's words; Helm reads values with it
+)
+
+
+def _block_json(block: Any, budget: int) -> str:
+    """The block as JSON text, as the chart writes it: keys are strings, dates their ISO text,
+    a set a mapping to nulls, binary its text, a ``_Literal`` as written.
+
+    Aliases can nest a block deeper than its text does, and multiply it beyond any size: past
+    ``MAX_DEPTH`` it raises ``ConfigError`` with ``TOO_DEEP``, and past ``budget`` values
+    ``_ExcessiveAliasingError``."""
+    left = budget
+
+    def encode(value: Any, depth: int) -> str:
+        nonlocal left
+        left -= 1
+        if left < 0:
+            raise _ExcessiveAliasingError(_EXCESSIVE_ALIASING)
+        if isinstance(value, dict | set | list | tuple):
+            if depth >= MAX_DEPTH:  # the arrays and objects around ``value``
+                raise ConfigError([TOO_DEEP])
+            if isinstance(value, list | tuple):
+                return "[" + ", ".join(encode(item, depth + 1) for item in value) + "]"
+            items = value.items() if isinstance(value, dict) else dict.fromkeys(value).items()
+            return (
+                "{"
+                + ", ".join(f"{_dumps(_key(k))}: {encode(v, depth + 1)}" for k, v in items)
+                + "}"
+            )
+        if isinstance(value, _Literal):
+            return value.text
+        if isinstance(value, datetime.date):
+            return _dumps(value.isoformat())
+        if isinstance(value, bytes):
+            return _dumps(value.decode("utf-8", "replace"))
+        return _dumps(value)
+
+    return encode(block, 0)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _key(key: Any) -> str:
     if isinstance(key, str):
         return key
+    if isinstance(key, _Literal):
+        return key.text
     if isinstance(key, bool | None):
         return json.dumps(key)
-    return str(_jsonable(key))
+    if isinstance(key, datetime.date):
+        return key.isoformat()
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "replace")
+    return str(key)
+
+
+@dataclass(frozen=True)
+class _Literal:
+    """A YAML integer with more digits than ``int()`` takes, kept as written so that the
+    block's JSON holds it as the chart writes it, and ``parse`` reports it."""
+
+    text: str
+
+
+class _ExcessiveAliasingError(Exception):
+    pass
+
+
+class _TooDeepError(Exception):
+    def __init__(self, in_block: bool) -> None:
+        super().__init__("nesting too deep")
+        self.in_block = in_block
+
+
+class _ValuesLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` for values files, which may be hostile.
+
+    PyYAML composes nodes recursively, and scans deeply nested flow collections in quadratic
+    time, so it stops at the first array or mapping nested deeper than a block may be under
+    ``VALUES_PATH`` (raising ``_TooDeepError``); ``_path`` holds the index of every node being
+    composed (a key node for a mapping value, a position for an item, ``None`` for a key or the
+    root). Merge keys (``<<: *defaults``) copy pairs, and a chain of them copies a number of
+    pairs that grows with the square of its length, so past ``_VALUES_PER_CHARACTER`` pairs a
+    character it raises ``_ExcessiveAliasingError``. It also keeps what ``SafeLoader`` raises
+    ``ValueError`` on: an integer beyond ``int()``'s digit limit is a ``_Literal``, and a date
+    that is no date a string, as Helm reads it."""
+
+    _MAX_NODE_DEPTH = MAX_DEPTH + len(VALUES_PATH)
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._path: list[Any] = []
+        self._pairs_left = _VALUES_PER_CHARACTER * len(stream) + 100
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if len(self._path) >= self._MAX_NODE_DEPTH and self.check_event(
+            yaml.SequenceStartEvent, yaml.MappingStartEvent
+        ):
+            keys = self._path[1 : 1 + len(VALUES_PATH)]
+            raise _TooDeepError(
+                in_block=[getattr(key, "value", None) for key in keys] == list(VALUES_PATH)
+            )
+        self._path.append(index)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._path.pop()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        super().flatten_mapping(node)
+        self._pairs_left -= len(node.value)
+        if self._pairs_left < 0:
+            raise _ExcessiveAliasingError(_EXCESSIVE_ALIASING)
+
+    def construct_int(self, node: yaml.ScalarNode) -> int | _Literal:
+        try:
+            return self.construct_yaml_int(node)
+        except ValueError:  # a decimal integer of more digits than int() takes
+            return _Literal(self.construct_scalar(node).replace("_", "").lstrip("+"))
+
+    def construct_timestamp(self, node: yaml.ScalarNode) -> datetime.date | str:
+        try:
+            return self.construct_yaml_timestamp(node)
+        except ValueError:  # 2024-13-45
+            return self.construct_scalar(node)
+
+
+_ValuesLoader.add_constructor("tag:yaml.org,2002:int", _ValuesLoader.construct_int)
+_ValuesLoader.add_constructor("tag:yaml.org,2002:timestamp", _ValuesLoader.construct_timestamp)

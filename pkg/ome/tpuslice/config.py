@@ -7,9 +7,13 @@ Pure: it is handed the ConfigMap text and never reads it, never touches a client
 from __future__ import annotations
 
 import json
+import math
+import re
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import accumulate
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, cast
 
@@ -29,6 +33,19 @@ INVALID_CONFIG = "invalid tpuSliceProvisioning config"
 """A2: every failure is wrapped as ``<INVALID_CONFIG>: <errors joined by newlines>``."""
 
 EXPECTED_OBJECT = "expected a JSON object"
+
+MAX_DEPTH = 100
+"""A2, a choice where behaviour.md is silent: the deepest nesting of arrays and objects a
+block may have (``{}`` is 1). The schema needs 4; the bound keeps Python's recursive JSON
+decoder, and check-config's YAML reader, far from the interpreter's recursion limit whatever
+its stack. Deeper is ``TOO_DEEP``, found before decoding, ahead of any other error."""
+
+TOO_DEEP = "malformed JSON object: nesting too deep"
+
+MAX_DIGITS = 4300
+"""The most digits of an integer: Python's default limit for ``int()`` of a text and for
+``str()`` of an int (``sys.int_info.default_max_str_digits``), so no message could print more.
+A JSON number beyond it, or a float that overflows (``1e309``), is of no field's type."""
 
 #: A4.11: the labels and the annotation the controller writes on every Slice itself (D3).
 CONTROLLER_LABELS = (OWNER_UID_LABEL, MANAGED_BY_LABEL, INSTANCE_LABEL, ORDINAL_LABEL)
@@ -124,6 +141,67 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+@dataclass(frozen=True)
+class _Number:
+    """A JSON number Python cannot hold as written: an integer of more than ``MAX_DIGITS``
+    digits, or a float that overflows. It is of no field's type, so it gets a type error."""
+
+    text: str
+
+
+def _parse_int(text: str) -> int | _Number:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        return _Number(text)
+    try:
+        return int(text)
+    except ValueError:  # an interpreter that lowered its digit limit
+        return _Number(text)
+
+
+def _parse_float(text: str) -> float | _Number:
+    value = float(text)
+    return value if math.isfinite(value) else _Number(text)
+
+
+#: A JSON string (or an unterminated one, to the end), whose brackets are no nesting.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_BRACKETS = b"[]{}"
+_NOT_BRACKETS = bytes(set(range(256)) - set(_BRACKETS))
+_STEPS = bytes.maketrans(_BRACKETS, b"\x01\xff\x01\xff")  # +1 and -1 as signed bytes
+
+
+def too_deep(text: str) -> bool:
+    """Whether ``text`` nests arrays and objects deeper than ``MAX_DEPTH``, counting the
+    brackets outside JSON strings; it need not be valid JSON. Linear, and quick on 10 MB."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False
+    brackets = _JSON_STRING.sub("", text).encode("utf-8", "surrogatepass")
+    steps = array("b", brackets.translate(_STEPS, _NOT_BRACKETS))
+    return max(accumulate(steps), default=0) > MAX_DEPTH
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` with ``decode``'s hooks. Python parses integers far quicker without a
+    hook, so ``_parse_int`` runs only after ``int()`` refused one: a ``ValueError`` that is no
+    syntax error (or ``NaN``, which the second pass refuses again)."""
+
+    def loads(**hooks: Any) -> Any:
+        return json.loads(
+            text,
+            object_pairs_hook=_JSONObject.from_pairs,
+            parse_constant=_reject_constant,
+            parse_float=_parse_float,
+            **hooks,
+        )
+
+    try:
+        return loads()
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        return loads(parse_int=_parse_int)
+
+
 def decode(text: str) -> dict[str, Any]:
     """A2: the text, trimmed, must be one JSON object of the known schema: no unknown or
     duplicate fields, no trailing content, every value of its field's type.
@@ -134,16 +212,21 @@ def decode(text: str) -> dict[str, Any]:
     syntax errors and trailing content carry Python's JSON parser detail. Paths are dotted
     for object fields and indexed for map entries and list items
     (``accelerators[tpu7x].topologies[0]``, ``slice.annotations[<key>]``). ``null`` is allowed
-    anywhere: it reads as the field's zero value, as Go's decoder leaves it."""
+    anywhere: it reads as the field's zero value, as Go's decoder leaves it.
+
+    Hostile text gets one clear error: nesting deeper than ``MAX_DEPTH`` is ``TOO_DEEP``;
+    ``NaN`` and ``Infinity`` are ``malformed JSON object: NaN is not a JSON value``; a number
+    Python cannot hold gets its field's type error, ``expected an integer, got the number
+    1e309`` (``got a number`` beyond ``MAX_DIGITS`` characters, too long to print)."""
     trimmed = text.strip()
     if not trimmed.startswith("{"):
         raise ConfigError([EXPECTED_OBJECT])
+    if too_deep(trimmed):
+        raise ConfigError([TOO_DEEP])
     try:
-        raw = json.loads(
-            trimmed, object_pairs_hook=_JSONObject.from_pairs, parse_constant=_reject_constant
-        )
-    except RecursionError:
-        raise ConfigError([_malformed("nesting too deep")]) from None
+        raw = _loads(trimmed)
+    except RecursionError:  # only for a caller already deep in its own stack
+        raise ConfigError([TOO_DEEP]) from None
     except ValueError as err:  # json.JSONDecodeError is a ValueError
         raise ConfigError([_malformed(str(err))]) from None
     problems: list[str] = []
@@ -186,6 +269,9 @@ def _check_schema(value: Any, kind: _Kind, path: str, problems: list[str]) -> No
                 problems.append(f"unknown field {_quote(child)}")
 
 
+#: An integer field holds at most ``MAX_DIGITS`` digits, so every message can print it.
+_INT_BOUND = 10**MAX_DIGITS
+
 _WANT = {"string": "a string", "integer": "an integer", "object": "an object", "array": "an array"}
 
 
@@ -196,13 +282,16 @@ def _type_error(path: str, kind: _Kind, value: Any) -> str | None:
     elif isinstance(kind, _MapOf | _Object):
         want, ok = "object", isinstance(value, dict)
     elif kind == "integer":
-        want, ok = "integer", isinstance(value, int) and not isinstance(value, bool)
+        want = "integer"
+        ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) < _INT_BOUND
     else:
         want, ok = "string", isinstance(value, str)
     return None if ok else f"{path}: expected {_WANT[want]}, got {_describe(value)}"
 
 
 def _describe(value: Any) -> str:
+    if isinstance(value, _Number):
+        return f"the number {value.text}" if len(value.text) <= MAX_DIGITS else "a number"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
@@ -513,10 +602,14 @@ __all__ = [
     "CONTROLLER_LABELS",
     "EXPECTED_OBJECT",
     "INVALID_CONFIG",
+    "MAX_DEPTH",
+    "MAX_DIGITS",
+    "TOO_DEEP",
     "ConfigError",
     "decode",
     "format_go_duration",
     "parse",
     "parse_go_duration",
+    "too_deep",
     "validate",
 ]
