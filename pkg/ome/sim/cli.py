@@ -200,7 +200,8 @@ def _port(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """The whole system: ``ome-sim up`` plus OME's manifests and the manager process."""
+    """The whole system: ``ome-sim up`` plus OME's manifests and the manager process, which
+    is restarted whenever it exits until Ctrl-C (`system.Supervisor`)."""
 
     def serve(rest: Rest, path: Path, interrupted: threading.Event) -> int:
         configs = system.install(
@@ -210,8 +211,19 @@ def _run(args: argparse.Namespace) -> int:
             lambda m: say(f"  {m}"),
         )
         log_path = path.parent / "manager.log"
-        say(f"  starting the manager (its log: {log_path})")
         manager = system.start_manager(path, log_path, [])
+        say(f"  starting the manager, pid {manager.pid} (its log: {log_path})")
+        supervisor = system.Supervisor(
+            manager,
+            start=lambda ports, separator: system.start_manager(
+                path, log_path, [], ports, separator
+            ),
+            serving=lambda m: system.point_webhooks_at(
+                rest, configs, m.ports["admission webhooks"]
+            ),
+            say=say,
+            stop=interrupted,
+        )
         try:
             say("  waiting for the manager to bind its ports")
             try:
@@ -233,13 +245,11 @@ def _run(args: argparse.Namespace) -> int:
             say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
             say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
             say("press Ctrl-C to stop")
-            while not interrupted.wait(0.5):
-                if manager.proc.poll() is not None:
-                    return fail(manager.died())
+            supervisor.run()
             say("stopping")
             return 0
         finally:
-            manager.stop()
+            supervisor.stop()
 
     return _with_cluster(args, "run", serve)
 

@@ -9,6 +9,14 @@ waiting for; Ctrl-C stops the manager, then the provider and the server.
 
 The manager binds its ports itself (``127.0.0.1:0``) and logs them; they are read from its
 JSON log, so no port is guessed and none is left behind.
+
+Once OME is up, the manager is kept running as a Deployment's pod is (`Supervisor`): when
+it exits, for whatever reason and with whatever code, it is restarted with the kubelet's
+crash-loop backoff (`CrashLoopBackoff` has the numbers), on the ports it had when they are
+still free, and its log goes on in the same file after a separator line. The API server,
+the provider and everything in them live on meanwhile. Only Ctrl-C (SIGINT or SIGTERM to
+``ome-sim``) stops it for good; a manager that fails before OME is first up is an error
+reported as such, not restarted.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,11 +35,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from ome.api.v1beta1 import CLUSTER_BASE_MODELS, CLUSTER_SERVING_RUNTIMES
 from ome.kube import Resource
@@ -63,6 +74,12 @@ SAMPLES = (
     "samples/clusterservingruntime-srt-qwen3-tpu.yaml",
 )
 GUIDE_SAMPLE = "config/samples/qwen3-tpu-isvc.yaml"
+# What the manager logs as "serving <what> on port N", and the flag that binds it.
+PORT_FLAGS = {
+    "probes": "--health-probe-bind-address",
+    "metrics": "--metrics-bind-address",
+    "admission webhooks": "--webhook-bind-address",
+}
 
 
 class StartError(RuntimeError):
@@ -112,6 +129,20 @@ class ManagerProcess:
     ports: dict[str, int] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
     _seen: threading.Condition = field(default_factory=threading.Condition)
+    _pump: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def start_pump(self) -> None:
+        self._pump = threading.Thread(target=self.pump, name="manager-log", daemon=True)
+        self._pump.start()
+
+    def join_pump(self, timeout: float = 5.0) -> None:
+        """Until the log has every line the (exited) manager wrote."""
+        if self._pump is not None:
+            self._pump.join(timeout)
 
     def pump(self) -> None:
         assert self.proc.stderr is not None
@@ -151,7 +182,7 @@ class ManagerProcess:
 
     def died(self) -> str:
         tail = "\n  ".join(self.lines[-10:]) or "(no output)"
-        return f"the manager exited with code {self.proc.poll()}; its last lines:\n  {tail}"
+        return f"the manager {describe_exit(self.proc.poll())}; its last lines:\n  {tail}"
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.proc.poll() is None:
@@ -161,6 +192,7 @@ class ManagerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.join_pump()  # its last lines, in the log before ome-sim exits
 
 
 def _prctl() -> Any:
@@ -183,7 +215,62 @@ def _die_with_parent() -> None:
         _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
-def start_manager(kubeconfig: Path, log_path: Path, extra: list[str]) -> ManagerProcess:
+def describe_exit(code: int | None) -> str:
+    """``exited with code -9 (killed by SIGKILL)``, as Popen reports a signal."""
+    if code is None:
+        return "is still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"exited with code {code} (killed by {name})"
+    return f"exited with code {code}"
+
+
+def port_is_free(port: int) -> bool:
+    """Whether the manager can bind 127.0.0.1:``port`` now; its servers set SO_REUSEADDR
+    too, so connections a killed manager left in TIME_WAIT do not count."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def log_separator(log_path: Path, message: str) -> None:
+    """A line in the manager's JSON log, in its own format so that the log stays one JSON
+    object a line, that marks where a restarted manager's lines begin."""
+    entry = {
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "level": "info",
+        "logger": "ome-sim",
+        "msg": f"---------- {message} ----------",
+    }
+    with log_path.open("a") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
+def start_manager(
+    kubeconfig: Path,
+    log_path: Path,
+    extra: list[str],
+    ports: dict[str, int] | None = None,
+    separator: str | None = None,
+) -> ManagerProcess:
+    """The manager as a child process, each of its servers on 127.0.0.1 at the port
+    ``ports`` gives it (by what it logs it serves: probes, metrics, admission webhooks) or
+    else a free one. The log is started afresh, or, given a ``separator``, appended to
+    after that line.
+
+    Call it from the main thread: PR_SET_PDEATHSIG fires when the thread that forked the
+    child ends, not only the process, so a manager forked by a short-lived thread would be
+    stopped with it."""
+    binds = []
+    for what, flag in PORT_FLAGS.items():
+        binds += [flag, f"127.0.0.1:{(ports or {}).get(what, 0)}"]
     command = [
         sys.executable,
         "-m",
@@ -192,18 +279,16 @@ def start_manager(kubeconfig: Path, log_path: Path, extra: list[str]) -> Manager
         str(kubeconfig),
         "--namespace",
         NAMESPACE,
-        "--metrics-bind-address",
-        "127.0.0.1:0",
-        "--health-probe-bind-address",
-        "127.0.0.1:0",
-        "--webhook-bind-address",
-        "127.0.0.1:0",
+        *binds,
         "--log-format",
         "json",
         *extra,
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text("")
+    if separator is None:
+        log_path.write_text("")
+    else:
+        log_separator(log_path, separator)
     proc = subprocess.Popen(
         command,
         preexec_fn=_die_with_parent,  # noqa: PLW1509 - only a C call, between fork and exec
@@ -214,13 +299,13 @@ def start_manager(kubeconfig: Path, log_path: Path, extra: list[str]) -> Manager
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     manager = ManagerProcess(proc, log_path)
-    threading.Thread(target=manager.pump, name="manager-log", daemon=True).start()
+    manager.start_pump()
     return manager
 
 
-def readyz(port: int) -> tuple[int, str]:
+def readyz(port: int, timeout: float = 5.0) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=timeout) as resp:
             return int(resp.status), resp.read().decode()
     except urllib.error.HTTPError as e:
         return int(e.code), e.read().decode()
@@ -313,3 +398,141 @@ def point_webhooks_at(rest: Rest, configs: list[JSON], port: int) -> None:
             except ApiException as e:
                 if e.status != 409:
                     raise
+
+
+@dataclass
+class CrashLoopBackoff:
+    """The kubelet's restart backoff for a container that keeps exiting, and its numbers.
+
+    The first restart is at once; each later one waits 10 s, then 20 s, 40 s, 80 s, 160 s,
+    and 300 s (5 min) from then on. A manager that ran 10 minutes (600 s) before it exited
+    starts the sequence over: restarted at once, then 10 s, and so on. This is the
+    kubelet's own order (its backoff applies from a container's second exit on, and is
+    forgotten once it ran twice the 5-minute cap), and it puts the first restart well
+    within 10 s of the exit.
+    """
+
+    initial: float = 10.0
+    cap: float = 300.0
+    reset_after: float = 600.0
+    _next: float | None = None  # None: not backing off, so the next restart is at once
+
+    def delay(self, ran_for: float) -> float:
+        """How long to wait before restarting a manager that exited after running
+        ``ran_for`` seconds."""
+        if self._next is None or ran_for >= self.reset_after:
+            self._next = self.initial
+            return 0.0
+        delay = self._next
+        self._next = min(delay * 2, self.cap)
+        return delay
+
+
+class Supervisor:
+    """Keeps the manager running until ``stop`` is set, as the kubelet keeps a Deployment's
+    pod running: any exit while ``ome-sim`` runs is a crash, since ``ome-sim`` only ever
+    asks the manager to stop on Ctrl-C (a ``kill -TERM`` from elsewhere, which the manager
+    answers with a clean exit 0, is restarted too, as a pod's would be).
+
+    Each exit is one console line (``the manager exited with code -9 (killed by SIGKILL);
+    restarting it now (restart 1)``), the restart waits as `CrashLoopBackoff` says, and once
+    the new manager is ready another line says so (``the manager is running again (pid
+    N)``). The new manager is asked for the ports the last one had, each one that is still
+    free; one it cannot have is a new free port, and a new metrics port is printed. The
+    webhook configuration is pointed at the new manager's webhook port before it counts as
+    ready. Ctrl-C (``stop``) is answered within ``poll`` seconds in every state: running,
+    waiting to restart, or a restarted manager starting.
+
+    Run it in the main thread, which forks every manager (see `start_manager`).
+    """
+
+    not_ready_warning = 60.0  # seconds a restarted manager may take before a line says why
+
+    def __init__(
+        self,
+        manager: ManagerProcess,
+        start: Callable[[dict[str, int], str], ManagerProcess],
+        serving: Callable[[ManagerProcess], None],
+        say: Callable[[str], None],
+        stop: threading.Event,
+        backoff: CrashLoopBackoff | None = None,
+        poll: float = 0.2,
+    ) -> None:
+        """``manager`` is running and ready; ``start(ports, separator)`` starts another (see
+        `start_manager`); ``serving(manager)`` is called once a manager serves its ports,
+        before its readiness is asked, to point the webhooks at it."""
+        self.manager = manager
+        self.ports: dict[str, int] = {}  # the ports of the last manager seen ready
+        self.restarts = 0
+        self._start = start
+        self._serving = serving
+        self._say = say
+        self._stop = stop
+        self._backoff = backoff or CrashLoopBackoff()
+        self._poll = poll
+
+    def run(self) -> None:
+        """Until ``stop`` is set, from a manager that serves and is ready; the manager of the
+        moment is ``self.manager``."""
+        self.ports = dict(self.manager.ports)
+        started = time.monotonic()
+        ready, pointed, warned = True, True, False
+        while not self._stop.is_set():
+            manager = self.manager
+            code = manager.proc.poll()
+            if code is not None:
+                # A Ctrl-C at a terminal reaches the manager too: that is no crash.
+                if self._stop.wait(0.1):
+                    return
+                self.restarts += 1
+                delay = self._backoff.delay(time.monotonic() - started)
+                when = "now" if delay == 0 else f"in {delay:.0f}s"
+                exited = describe_exit(code)
+                self._say(f"the manager {exited}; restarting it {when} (restart {self.restarts})")
+                if self._stop.wait(delay):
+                    return
+                manager.join_pump()
+                wanted = {what: port for what, port in self.ports.items() if port_is_free(port)}
+                self.manager = self._start(
+                    wanted, f"ome-sim: restart {self.restarts}: the manager {exited}"
+                )
+                started = time.monotonic()
+                ready, pointed, warned = False, False, False
+                continue
+            if not ready:
+                if not pointed and all(what in manager.ports for what in PORT_FLAGS):
+                    pointed = self._point(manager)
+                if pointed:
+                    status, body = readyz(manager.ports["probes"], timeout=1.0)
+                    ready = status == 200
+                    if ready:
+                        self._announce(manager)
+                    elif not warned and time.monotonic() - started > self.not_ready_warning:
+                        warned = True
+                        waiting = "; ".join(
+                            line[4:] for line in body.splitlines() if line.startswith("[-] ")
+                        )
+                        self._say(
+                            f"the manager (pid {manager.pid}) is not ready after "
+                            f"{self.not_ready_warning:.0f}s: {waiting or body.strip()}"
+                        )
+            self._stop.wait(self._poll)
+
+    def _point(self, manager: ManagerProcess) -> bool:
+        try:
+            self._serving(manager)
+        except (ApiException, HTTPError, OSError):
+            return False  # the next poll tries again
+        return True
+
+    def _announce(self, manager: ManagerProcess) -> None:
+        self._say(f"the manager is running again (pid {manager.pid})")
+        old, new = self.ports.get("metrics"), manager.ports["metrics"]
+        if old != new:
+            self._say(
+                f"manager metrics: http://127.0.0.1:{new}/metrics (a new port: {old} was taken)"
+            )
+        self.ports = dict(manager.ports)
+
+    def stop(self) -> None:
+        self.manager.stop()
