@@ -209,6 +209,7 @@ def test_inference_service_schema() -> None:
             "runner",
             "leader",
             "worker",
+            "lifecycle",
         }
         for name in ("minReplicas", "maxReplicas"):
             assert spec["properties"][name]["type"] == "integer"
@@ -233,6 +234,49 @@ def test_inference_service_schema() -> None:
     assert condition["properties"]["lastTransitionTime"]["format"] == "date-time"
     counts = _at(schema, "status.components")["additionalProperties"]
     assert set(counts["properties"]) == {"replicas", "readyReplicas"}
+
+
+LIFECYCLE_FIELDS = {
+    "instanceReadyTimeout": (
+        "How long an Instance's pods may take to be Ready once created (while not held), "
+        "as a Go duration, e.g. 10m; unset or unreadable, there is no deadline."
+    ),
+    "teardownTimeout": (
+        "How long deletion waits for the pods and Slices to go before it finishes anyway, "
+        "as a Go duration, e.g. 10m; unset or unreadable, 10m."
+    ),
+}
+
+
+def _lifecycles() -> dict[str, JSON]:
+    """Every ``lifecycle`` a user can write, by kind and path."""
+    isvc = _schema(v1beta1.INFERENCE_SERVICE)
+    out = {f"isvc.spec.{c}.lifecycle": _at(isvc, f"spec.{c}.lifecycle") for c in v1beta1.COMPONENTS}
+    for kind in (v1beta1.SERVING_RUNTIME, v1beta1.CLUSTER_SERVING_RUNTIME):
+        out[f"{kind.singular}.spec.engineConfig.lifecycle"] = _at(
+            _schema(kind), "spec.engineConfig.lifecycle"
+        )
+    return out
+
+
+def test_components_and_runtimes_have_a_lifecycle_of_go_durations_with_descriptions() -> None:
+    lifecycles = _lifecycles()
+    assert len(lifecycles) == 5
+    for path, lifecycle in lifecycles.items():
+        assert lifecycle["type"] == "object", path
+        assert "copied to the InferenceReplica's spec.lifecycle" in lifecycle["description"], path
+        assert "wins over the runtime's" in lifecycle["description"], path
+        assert lifecycle["properties"] == {
+            name: {"description": text, "type": "string"} for name, text in LIFECYCLE_FIELDS.items()
+        }, path
+        assert "x-kubernetes-preserve-unknown-fields" not in lifecycle, path
+
+
+def test_the_replicas_lifecycle_has_the_same_fields_as_the_ones_projected_onto_it() -> None:
+    replica = _at(_schema(v1beta1.INFERENCE_REPLICA), "spec.lifecycle")
+    assert "keeps this one when it sets none" in replica["description"]
+    for path, lifecycle in _lifecycles().items():
+        assert lifecycle["properties"] == replica["properties"], path
 
 
 def test_runner_preserves_unknown_container_fields() -> None:

@@ -23,6 +23,7 @@ from ome.controllers.inferenceservice.project import (
     replica_spec,
     validate_component,
 )
+from ome.durations import parse_go_duration
 
 JSON = dict[str, Any]
 
@@ -501,6 +502,71 @@ def test_the_runtimes_lifecycle_merges_under_the_components() -> None:
     runtime = {**ENGINE_CONFIG, "lifecycle": {"instanceReadyTimeout": "5m", "other": 1}}
     out = project(engine(lifecycle={"instanceReadyTimeout": "20m"}), engine_config=runtime)
     assert out.spec["lifecycle"] == {"instanceReadyTimeout": "20m", "other": 1}
+
+
+READY_5M = {"instanceReadyTimeout": "5m"}
+TEARDOWN_30S = {"teardownTimeout": "30s"}
+BOTH = {"instanceReadyTimeout": "5m", "teardownTimeout": "30s"}
+UNSET = object()  # the key is left out, as opposed to set to None
+
+
+@pytest.mark.parametrize(
+    ("runtime", "component", "expected"),
+    [
+        pytest.param(UNSET, UNSET, None, id="absent-everywhere"),
+        pytest.param(UNSET, BOTH, BOTH, id="component-only"),
+        pytest.param(BOTH, UNSET, BOTH, id="runtime-only"),
+        pytest.param(BOTH, {}, BOTH, id="component-empty-keeps-runtimes"),
+        pytest.param({}, UNSET, {}, id="runtime-empty"),
+        pytest.param(READY_5M, TEARDOWN_30S, BOTH, id="one-field-each"),
+        pytest.param(
+            BOTH,
+            {"teardownTimeout": "2m"},
+            {"instanceReadyTimeout": "5m", "teardownTimeout": "2m"},
+            id="component-wins-its-field-only",
+        ),
+        pytest.param(
+            BOTH,
+            {"instanceReadyTimeout": "20m", "teardownTimeout": "1m"},
+            {"instanceReadyTimeout": "20m", "teardownTimeout": "1m"},
+            id="component-wins-both",
+        ),
+        pytest.param(
+            BOTH,
+            {"instanceReadyTimeout": "soon"},
+            {"instanceReadyTimeout": "soon", "teardownTimeout": "30s"},
+            id="unreadable-component-value-still-wins",
+        ),
+        pytest.param(
+            {"teardownTimeout": "10"},
+            READY_5M,
+            {"instanceReadyTimeout": "5m", "teardownTimeout": "10"},
+            id="unreadable-runtime-value-passed-through",
+        ),
+        pytest.param("10m", BOTH, BOTH, id="runtime-not-a-map"),
+        pytest.param(BOTH, None, None, id="component-null-replaces-as-other-fields"),
+    ],
+)
+@pytest.mark.parametrize("name", COMPONENTS)
+def test_the_lifecycle_reaches_the_replica_the_components_fields_over_the_runtimes(
+    name: str, runtime: Any, component: Any, expected: JSON | None
+) -> None:
+    engine_config = copy.deepcopy(ENGINE_CONFIG)
+    if runtime is not UNSET:
+        engine_config["lifecycle"] = copy.deepcopy(runtime)
+    comp = engine() if component is UNSET else engine(lifecycle=copy.deepcopy(component))
+    out = project(comp, engine_config=engine_config, name=name)
+    assert out.spec.get("lifecycle") == expected
+    assert ("lifecycle" in out.spec) == (expected is not None)
+
+
+@pytest.mark.parametrize("text", ["soon", "10", "5 m", "", "1h-5m"])
+def test_an_unreadable_duration_is_projected_as_written_never_refused(text: str) -> None:
+    if text:
+        with pytest.raises(ValueError):
+            parse_go_duration(text)  # the replica's controller treats it as unset
+    out = project(engine(lifecycle={"instanceReadyTimeout": text, "teardownTimeout": text}))
+    assert out.spec["lifecycle"] == {"instanceReadyTimeout": text, "teardownTimeout": text}
 
 
 @pytest.mark.parametrize(
@@ -1003,6 +1069,37 @@ def test_deep_merge_keeps_every_key_and_the_overrides_leaves(base: JSON, overrid
         assert merged[key] == base[key]
     assert deep_merge(base, {}) == base
     assert deep_merge({}, override) == override
+
+
+durations = st.one_of(
+    st.sampled_from(["30s", "5m", "10m", "1h30m", "0", "soon", "10", ""]),
+    st.text("0123456789.hms", max_size=5),
+)
+lifecycles = st.one_of(
+    st.none(),
+    maybe(instanceReadyTimeout=durations, teardownTimeout=durations),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(component_names, lifecycles, lifecycles)
+def test_each_lifecycle_field_is_the_components_else_the_runtimes(
+    name: str, runtime: JSON | None, component: JSON | None
+) -> None:
+    engine_config = {**ENGINE_CONFIG, **({} if runtime is None else {"lifecycle": runtime})}
+    comp = engine(**({} if component is None else {"lifecycle": component}))
+    out = project(comp, engine_config=engine_config, name=name)
+    if runtime is None and component is None:
+        assert "lifecycle" not in out.spec
+        return
+    lifecycle = out.spec["lifecycle"]
+    for field in ("instanceReadyTimeout", "teardownTimeout"):
+        if component is not None and field in component:
+            assert lifecycle[field] == component[field]
+        elif runtime is not None and field in runtime:
+            assert lifecycle[field] == runtime[field]
+        else:
+            assert field not in lifecycle
 
 
 # -- images and types are checked on the runners as built -------------------------------------

@@ -193,6 +193,27 @@ class WorkerSpec(TypedDict, total=False):
     tolerations: Annotated[list[Toleration], Field("Tolerations of the worker pods.")]
 
 
+class Lifecycle(TypedDict, total=False):
+    """Deadlines of Instance operations, as Go durations (``90s``, ``10m``, ``1h30m``). One
+    type for the InferenceReplica's ``spec.lifecycle`` and for the component's and runtime's
+    ``lifecycle`` it is projected from, so the three cannot drift apart."""
+
+    instanceReadyTimeout: Annotated[
+        str,
+        Field(
+            "How long an Instance's pods may take to be Ready once created (while not held), "
+            "as a Go duration, e.g. 10m; unset or unreadable, there is no deadline."
+        ),
+    ]
+    teardownTimeout: Annotated[
+        str,
+        Field(
+            "How long deletion waits for the pods and Slices to go before it finishes anyway, "
+            "as a Go duration, e.g. 10m; unset or unreadable, 10m."
+        ),
+    ]
+
+
 class EngineConfig(TypedDict, total=False):
     """A pod spec fragment: what a component's pods get unless the InferenceService's
     component sets it."""
@@ -204,6 +225,14 @@ class EngineConfig(TypedDict, total=False):
     runner: Annotated[RunnerSpec, Field("The serving container of single-pod Instances.")]
     leader: Annotated[LeaderSpec, Field("The leader pod of multi-host Instances.")]
     worker: Annotated[WorkerSpec, Field("The worker pods of multi-host Instances.")]
+    lifecycle: Annotated[
+        Lifecycle,
+        Field(
+            "Deadlines of the Instances' operations, copied to the InferenceReplica's "
+            "spec.lifecycle; each field the InferenceService's component sets wins over the "
+            "runtime's."
+        ),
+    ]
 
 
 class ComponentSpec(EngineConfig, total=False):
@@ -426,17 +455,6 @@ class ReplicaRunner(TypedDict, total=False):
     ]
 
 
-class ReplicaLifecycle(TypedDict, total=False):
-    """Deadlines of Instance operations."""
-
-    instanceReadyTimeout: Annotated[
-        str, Field("How long an Instance's pods may take to be Ready once created, e.g. 10m.")
-    ]
-    teardownTimeout: Annotated[
-        str, Field("How long deletion waits for pods and Slices to go, e.g. 10m.")
-    ]
-
-
 class InferenceReplicaSpec(TypedDict, total=False):
     """Instances of one component of an InferenceService."""
 
@@ -451,7 +469,13 @@ class InferenceReplicaSpec(TypedDict, total=False):
             ),
         ]
     ]
-    lifecycle: Annotated[ReplicaLifecycle, Field("Deadlines of Instance operations.")]
+    lifecycle: Annotated[
+        Lifecycle,
+        Field(
+            "Deadlines of Instance operations; the InferenceService projects its component's "
+            "(over its runtime's) here, and keeps this one when it sets none."
+        ),
+    ]
     selector: Annotated[str, Field("Label selector of the replica's pods, optional.")]
 
 

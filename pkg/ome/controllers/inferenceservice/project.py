@@ -1,6 +1,7 @@
 """From an InferenceService and its runtime to InferenceReplica specs, as pure functions:
 validate the component, merge the runtime's ``engineConfig`` under the component's own
-values (the component wins), and build each runner's pod template. No I/O.
+values (the component wins), and build each runner's pod template and the replica's
+``lifecycle``. No I/O.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 def merge_component(engine_config: JSON | None, component: JSON) -> JSON:
     """The runtime's engineConfig under the component's values. Lists (tolerations,
-    container args) are replaced whole by the component's, as Kubernetes merges specs."""
+    container args) are replaced whole by the component's, as Kubernetes merges specs. Maps
+    merge key by key, so ``lifecycle`` takes each deadline (``instanceReadyTimeout``,
+    ``teardownTimeout``) from the component if it sets it, else from the runtime."""
     merged: JSON = deep_merge(engine_config or {}, component)
     return merged
 
@@ -129,6 +132,21 @@ def _template(comp: JSON, part: JSON | None, runner: JSON) -> JSON:
     return {"metadata": metadata, "spec": spec}
 
 
+def _lifecycle(merged: JSON) -> JSON | None:
+    """The replica's ``spec.lifecycle``: the merged component's ``lifecycle`` map (the
+    component's fields over the runtime's, see ``merge_component``), copied as it is; ``None``
+    (no ``lifecycle`` on the replica, so the controller keeps one an operator set there) when
+    neither sets a map.
+
+    The durations are passed through unparsed: an unreadable one (``"soon"``, ``"10"``) never
+    refuses the component nor crashes the projection. The InferenceReplica's controller
+    treats it as unset: no ready deadline (``instances.plan``) and the default teardown
+    deadline (``InferenceReplicaReconciler._teardown``), never a reason to stall. A field the
+    component sets, even unreadable, still wins over the runtime's."""
+    lifecycle = merged.get("lifecycle")
+    return copy.deepcopy(lifecycle) if isinstance(lifecycle, dict) else None
+
+
 @dataclass(frozen=True)
 class ReplicaSpec:
     name: str
@@ -167,9 +185,9 @@ def replica_spec(isvc: JSON, component: str, merged: JSON) -> ReplicaSpec:
         "replicas": 1 if replicas is None else int(replicas),
         "runners": runners,
     }
-    lifecycle = merged.get("lifecycle")
-    if isinstance(lifecycle, dict):
-        spec["lifecycle"] = copy.deepcopy(lifecycle)
+    lifecycle = _lifecycle(merged)
+    if lifecycle is not None:
+        spec["lifecycle"] = lifecycle
     name = f"{isvc['metadata']['name']}-{component}"
     labels = {"ome.io/inferenceservice": isvc["metadata"]["name"], "component": component}
     return ReplicaSpec(name, spec, labels)
