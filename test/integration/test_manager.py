@@ -19,10 +19,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import ome
+from ome.api.v1beta1 import INFERENCE_SERVICES
+from ome.kube import JSON
 from ome.runtime.controller import Controller, ControllerMetrics
 from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
 from ome.runtime.rest import CONFIGMAPS, LEASES, SECRETS, Rest
 from ome.runtime.workqueue import RateLimitingQueue
+from ome.sim.apiserver.faults import Fault
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually
 from test.sim.manifests import configmap
@@ -120,7 +123,7 @@ def test_exactly_one_manager_reconciles_and_the_other_takes_over(cluster: Cluste
     eventually(a.manager.is_leader, timeout=10)
     b = run_manager(elected_manager(cluster, "manager-b", tracker))
     try:
-        for i in range(40):
+        for i in range(100):
             rest.create(CONFIGMAPS, configmap(f"c{i}"), "default")
         eventually(lambda: tracker.done.get("manager-a", 0) >= 40, timeout=20)
         assert not b.manager.is_leader() and tracker.done.get("manager-b", 0) == 0
@@ -321,8 +324,9 @@ def test_sigterm_stops_cleanly_and_releases_the_lease(cluster: Cluster, kubeconf
 def test_every_request_of_the_manager_names_it_and_its_version(
     cluster: Cluster, kubeconfig: Path
 ) -> None:
-    """As client-go binaries do: ``ome-manager/<version>`` on every request, so the API
-    server's records (here, the embedded one's accounting) tell the manager's writes apart."""
+    """As client-go binaries do: ``ome-manager/<version>`` on every request, with the
+    process's leader-election identity, so the API server's records (here, the embedded
+    one's accounting) tell the manager's writes apart, replica by replica."""
     rest = Rest(cluster.api)
     cluster.server.accounting.reset()
     proc = start_process(kubeconfig, "--leader-elect", "--leader-elect-retry-period", "0.5")
@@ -332,7 +336,7 @@ def test_every_request_of_the_manager_names_it_and_its_version(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
-    agent = f"ome-manager/{ome.__version__}"
+    agent = f"ome-manager/{ome.__version__} ({me})"
     acc = cluster.server.accounting
     assert acc.total("create", "leases", agent) == 1
     assert acc.total("list", "inferencereplicas", agent) >= 1  # the informers' lists
@@ -393,3 +397,116 @@ def test_the_webhook_flag_turns_the_admission_webhook_on_and_off(
         on.send_signal(signal.SIGTERM)
         on.communicate(timeout=30)
     assert on.returncode == 0
+
+
+# -- a deposed leader ----------------------------------------------------------------------------
+
+TIMING = [
+    "--leader-elect",
+    "--leader-elect-lease-duration",
+    "3",
+    "--leader-elect-renew-deadline",
+    "2",
+    "--leader-elect-retry-period",
+    "0.5",
+]
+
+
+def service(name: str) -> JSON:
+    """An InferenceService whose runtime does not exist: each one costs the manager a status
+    write (its RuntimeNotFound condition), which is the work a deposed leader must not do."""
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "deploymentMode": "OMENative",
+            "model": {"name": "m"},
+            "runtime": {"name": "missing"},
+            "engine": {"minReplicas": 1, "maxReplicas": 1},
+        },
+    }
+
+
+def agent_of(identity: str) -> str:
+    return f"ome-manager/{ome.__version__} ({identity})"
+
+
+def busy_leader(cluster: Cluster, kubeconfig: Path) -> tuple[subprocess.Popen[str], str]:
+    """A leader process whose writes are slowed (0.1 s each) while 100 services wait for it:
+    it has work queued, and a status write in flight, at any moment of the next seconds."""
+    rest = Rest(cluster.api)
+    proc = start_process(kubeconfig, *TIMING)
+    me = identity_of(proc)
+    eventually(lambda: holder(rest) == me, timeout=15)
+    for verb in ("update", "patch", "create"):
+        cluster.server.faults.add(
+            Fault(
+                verb=verb,
+                resource="inferenceservices/status",
+                user_agent=agent_of(me),
+                latency=0.1,
+                times=None,
+            )
+        )
+    for i in range(100):
+        rest.create(INFERENCE_SERVICES, service(f"svc-{i}"), "default")
+    acc = cluster.server.accounting
+    eventually(lambda: acc.writes(agent_of(me)), timeout=15)  # it has started on them
+    return proc, me
+
+
+def test_a_leader_paused_past_its_lease_writes_nothing_once_resumed_and_exits(
+    cluster: Cluster, kubeconfig: Path
+) -> None:
+    """SIGSTOP past the lease, a second manager takes over, SIGCONT: the first sends no write
+    of any kind after it resumes (its queue is dropped, its in-flight write is fenced), and
+    exits non-zero saying ``leader election lost``, as controller-runtime does."""
+    rest = Rest(cluster.api)
+    first, first_id = busy_leader(cluster, kubeconfig)
+    first.send_signal(signal.SIGSTOP)
+    second = start_process(kubeconfig, *TIMING)
+    try:
+        second_id = identity_of(second)
+        eventually(lambda: holder(rest) == second_id, timeout=20)
+        resumed = time.monotonic()
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(30) != 0
+        _, err = first.communicate(timeout=10)
+        assert "leader election lost" in err
+        late = cluster.server.accounting.writes(agent_of(first_id), since=resumed)
+        assert late == [], late
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(10)
+
+
+def test_a_leader_that_cannot_renew_stops_writing_at_its_renew_deadline_and_exits(
+    cluster: Cluster, kubeconfig: Path
+) -> None:
+    """Lease renewals fail (503) for longer than the renew deadline (2 s): from then on the
+    leader sends no write, and it exits non-zero with ``leader election lost``."""
+    proc, me = busy_leader(cluster, kubeconfig)
+    try:
+        for verb in ("update", "get"):
+            cluster.server.faults.add(
+                Fault(verb=verb, resource="leases", user_agent=agent_of(me), code=503, times=None)
+            )
+        cut = time.monotonic()
+        assert proc.wait(30) != 0
+        _, err = proc.communicate(timeout=10)
+        assert "leader election lost" in err
+        # Its last renewal was sent before the cut: its deadline passed at most 2 s after.
+        late = [
+            w
+            for w in cluster.server.accounting.writes(agent_of(me), since=cut + 2.0)
+            if w.resource != "leases"
+        ]
+        assert late == [], late
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -194,6 +194,30 @@ def test_shut_down_with_drain_of_an_idle_queue_returns_true_at_once() -> None:
     assert q.get() is None
 
 
+def test_shut_down_and_drop_forgets_queued_keys_and_lets_in_flight_ones_end() -> None:
+    """A process that must stop acting at once: nothing queued comes out again, a key being
+    processed finishes and is not queued again, even if it was re-added meanwhile."""
+    q = WorkQueue()
+    for key in ("a", "b", "c"):
+        q.add(key)
+    assert q.get() == "a"
+    q.add("a")  # dirty while processing
+    assert q.shut_down_and_drop() == 3  # "b", "c", and the re-added "a"
+    assert q.get(timeout=0) is None
+    q.done("a")
+    assert q.get(timeout=0) is None and len(q) == 0
+    q.add("d")  # ignored once shut down
+    assert q.get(timeout=0) is None
+
+
+def test_shut_down_and_drop_drops_delayed_keys_too() -> None:
+    q = RateLimitingQueue()
+    q.add_after("later", 0.01)
+    q.add_rate_limited("retry")
+    q.shut_down_and_drop()
+    assert q.get(timeout=0.05) is None
+
+
 def test_shut_down_with_drain_waits_for_in_flight_work() -> None:
     q = WorkQueue()
     q.add("a")

@@ -20,7 +20,7 @@ from ome import user_agent
 from ome.controllers.setup import setup as setup_controllers
 from ome.durations import parse_go_duration
 from ome.runtime.logs import configure_logging
-from ome.runtime.manager import Manager, ManagerOptions
+from ome.runtime.manager import Manager, ManagerOptions, default_identity
 from ome.runtime.rest import Rest
 from ome.runtime.serving import parse_bind_address
 from ome.runtime.tracing import configure_tracing
@@ -133,7 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _rest(kubeconfig: str | None) -> Rest:
+def _rest(kubeconfig: str | None, identity: str) -> Rest:
+    """The manager's API access, from a kubeconfig or the in-cluster service account. Its
+    User-Agent names the program, its version and this process's leader-election identity
+    (``ome-manager/0.1.0 (<identity>)``), so the API server's audit log tells replicas apart."""
     cfg = client.Configuration()
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -143,7 +146,7 @@ def _rest(kubeconfig: str | None) -> Rest:
         raise config.ConfigException(
             "no cluster to talk to: pass --kubeconfig, set KUBECONFIG, or run in a pod"
         )
-    return Rest(client.ApiClient(cfg), user_agent=user_agent("ome-manager"))
+    return Rest(client.ApiClient(cfg), user_agent=f"{user_agent('ome-manager')} ({identity})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,14 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--webhook-cert-validity: must be positive")
     configure_logging(args.log_format, args.log_level)
     configure_tracing("ome-manager")
+    identity = default_identity()
     try:
-        rest = _rest(args.kubeconfig)
+        rest = _rest(args.kubeconfig, identity)
     except config.ConfigException as e:
         print(f"ome-manager: {e}", file=sys.stderr)
         return 1
     manager = Manager(
         rest,
         ManagerOptions(
+            identity=identity,
             namespace=args.namespace,
             leader_elect=args.leader_elect,
             leader_election_id=args.leader_election_id,

@@ -45,15 +45,23 @@ def retryable(error: BaseException) -> bool:
     return isinstance(error, HTTPError | ConnectionError | TimeoutError)
 
 
+class NotLeadingError(Exception):
+    """A write refused before it was sent: this process no longer holds the leader lease
+    (or never did), so it must not write. Routine, like an API error."""
+
+
 def api_error(error: BaseException) -> bool:
-    """Whether ``error`` came from talking to the API server: an answer other than 2xx, or
-    the transport failing. Routine: reported in one line, never with a traceback."""
-    return isinstance(error, ApiException | HTTPError | OSError)
+    """Whether ``error`` came from talking to the API server: an answer other than 2xx, the
+    transport failing, or a write this process may no longer send (``NotLeadingError``).
+    Routine: reported in one line, never with a traceback."""
+    return isinstance(error, ApiException | HTTPError | OSError | NotLeadingError)
 
 
 def describe_error(error: BaseException) -> str:
     """One line naming an API error as the server gave it (``500 InternalError: <message>``),
     or the transport failure (``ProtocolError: Connection aborted``)."""
+    if isinstance(error, NotLeadingError):
+        return str(error)
     if isinstance(error, ApiException):
         status = status_of(error)
         reason = status.get("reason") or error.reason or ""
@@ -99,11 +107,35 @@ class RetryPolicy:
 
 class Client:
     """JSON access to the API with retries and spans. ``live_*`` reads go to the API
-    server, never a cache: use them to confirm before anything destructive."""
+    server, never a cache: use them to confirm before anything destructive.
 
-    def __init__(self, rest: Rest, policy: RetryPolicy | None = None) -> None:
+    ``may_write``, when given, is asked before every attempt of every write (create, update,
+    patch, delete), retries included: False refuses it with ``NotLeadingError`` before anything
+    is sent. A leader's client is fenced so: a process that lost its lease (paused past it,
+    or unable to renew it) writes nothing more, whatever its workers were doing."""
+
+    def __init__(
+        self,
+        rest: Rest,
+        policy: RetryPolicy | None = None,
+        may_write: Callable[[], bool] | None = None,
+    ) -> None:
         self.rest = rest
         self.policy = policy or RetryPolicy()
+        self.may_write = may_write
+
+    def _fenced(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn``, refused with ``NotLeadingError`` when this process may not write."""
+        may_write = self.may_write
+        if may_write is None:
+            return fn
+
+        def write() -> T:
+            if not may_write():
+                raise NotLeadingError("not written: this process does not hold the leader lease")
+            return fn()
+
+        return write
 
     def _call(
         self, verb: str, res: Resource, namespace: str | None, name: str | None, fn: Callable[[], T]
@@ -121,12 +153,7 @@ class Client:
                 stop=stop_after_attempt(self.policy.attempts)
                 | stop_after_delay(self.policy.deadline),
                 wait=self.policy.wait,
-                before_sleep=lambda s: log.info(
-                    "retrying %s %s after %s",
-                    verb,
-                    res.plural,
-                    s.outcome.exception() if s.outcome else "",
-                ),
+                before_sleep=lambda state: self._retrying(verb, res, name, state),
                 reraise=True,
             )
             try:
@@ -141,6 +168,22 @@ class Client:
                 raise
             span.set_attribute("http.status_code", 200)
             return result
+
+    def _retrying(self, verb: str, res: Resource, name: str | None, state: RetryCallState) -> None:
+        """One warning line per retry: the call, what failed (never the response headers),
+        and when and how often it is tried again."""
+        error = state.outcome.exception() if state.outcome is not None else None
+        sleep = state.next_action.sleep if state.next_action is not None else 0.0
+        log.warning(
+            "%s %s%s failed: %s; retrying in %.1fs (attempt %d of %d)",
+            verb,
+            res.plural,
+            f" {name}" if name else "",
+            describe_error(error) if error is not None else "unknown error",
+            sleep,
+            state.attempt_number + 1,
+            self.policy.attempts,
+        )
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -195,7 +238,7 @@ class Client:
             res,
             namespace,
             body.get("metadata", {}).get("name"),
-            lambda: self.rest.create(res, body, namespace),
+            self._fenced(lambda: self.rest.create(res, body, namespace)),
         )
 
     def replace(
@@ -206,7 +249,7 @@ class Client:
             res,
             namespace,
             body["metadata"]["name"],
-            lambda: self.rest.replace(res, body, namespace, subresource),
+            self._fenced(lambda: self.rest.replace(res, body, namespace, subresource)),
         )
 
     def patch(
@@ -223,7 +266,9 @@ class Client:
             res,
             namespace,
             name,
-            lambda: self.rest.patch(res, name, patch, namespace, subresource, patch_type),
+            self._fenced(
+                lambda: self.rest.patch(res, name, patch, namespace, subresource, patch_type)
+            ),
         )
 
     def delete(
@@ -245,14 +290,16 @@ class Client:
                 res,
                 namespace,
                 name,
-                lambda: self.rest.delete(
-                    res,
-                    name,
-                    namespace,
-                    uid=uid,
-                    resource_version=resource_version,
-                    grace_period_seconds=grace_period_seconds,
-                    propagation_policy=propagation_policy,
+                self._fenced(
+                    lambda: self.rest.delete(
+                        res,
+                        name,
+                        namespace,
+                        uid=uid,
+                        resource_version=resource_version,
+                        grace_period_seconds=grace_period_seconds,
+                        propagation_policy=propagation_policy,
+                    )
                 ),
             )
         except ApiException as e:

@@ -177,9 +177,17 @@ class Controller:
             t.start()
             self._threads.append(t)
 
-    def stop(self, timeout: float = 30.0) -> bool:
-        """Stop taking keys and wait for in-flight reconciles; True if they finished."""
-        drained = self.queue.shut_down_with_drain(timeout)
+    def stop(self, timeout: float = 30.0, drain: bool = True) -> bool:
+        """Stop taking keys and wait for in-flight reconciles; True if they finished. With
+        ``drain``, the keys already queued are reconciled first (a graceful stop); without,
+        they are dropped: for a process that must stop acting at once (its lease is lost)."""
+        if not drain:
+            dropped = self.queue.shut_down_and_drop()
+            if dropped:
+                log.info("%s: dropped %d queued keys", self.name, dropped)
+            drained = True
+        else:
+            drained = self.queue.shut_down_with_drain(timeout)
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import urllib3
 from cachetools import LRUCache
 from kubernetes.client.exceptions import ApiException
 
 from ome.kube import JSON
 
-from .client import Client
+from .client import Client, api_error, describe_error
 from .rest import EVENTS
 
 log = logging.getLogger(__name__)
@@ -448,10 +447,11 @@ class EventRecorder:
             return
         try:
             self._write(result)
-        except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+        except Exception as e:
+            if not api_error(e):
+                raise
             # The client has retried what was transient; the event is lost, the caller not.
-            reason = f"{e.status} {e.reason}" if isinstance(e, ApiException) else str(e)
-            log.error("event %s not written: %s", _describe(ev), reason)
+            log.error("event %s not written: %s", _describe(ev), describe_error(e))
 
     def _write(self, result: Correlated) -> None:
         """Patch a repeat, else create; the client retries transient failures."""

@@ -84,7 +84,11 @@ class Manager:
         self.rest = rest
         self.options = options
         self.registry = registry if registry is not None else REGISTRY
-        self.client = Client(rest)
+        #: The controllers' client: while leader election is on, its writes are fenced on
+        #: holding the lease (a deposed leader writes nothing more).
+        self.client = Client(rest, may_write=self._may_write if options.leader_elect else None)
+        #: For what every replica does, leader or not (webhook certificates).
+        self._replica_client = Client(rest)
         self.informers = InformerFactory(rest)
         self.controllers: list[Controller] = []
         self._recorders: list[EventRecorder] = []
@@ -136,6 +140,14 @@ class Manager:
     def is_leader(self) -> bool:
         return self._leading.is_set()
 
+    def _may_write(self) -> bool:
+        """With leader election: only while the lease is held, and judged by the elector's
+        clock (its last renewal within the renew deadline), not by whether the controllers
+        were told to stop yet: a process resumed after a pause past its lease must not send
+        the write its worker was about to send."""
+        elector = self.elector
+        return elector is not None and elector.is_leader()
+
     def _informers_synced(self) -> str | None:
         return None if self.informers.has_synced() else "informer caches are not synced yet"
 
@@ -175,17 +187,20 @@ class Manager:
                 )
         return not stop.is_set()
 
-    def _lead(self, stop_leading: threading.Event) -> None:
-        """Run the controllers until ``stop_leading`` is set, then drain them."""
+    def _lead(self, stop_leading: threading.Event, stop: threading.Event | None = None) -> None:
+        """Run the controllers until ``stop_leading`` is set, then stop them: drained when
+        the manager was asked to stop (``stop`` set, or no election), at once when leadership
+        was lost (the queued keys are the next leader's; in-flight writes are fenced)."""
         self._leading.set()
         log.info("starting %d controllers", len(self.controllers))
         for controller in self.controllers:
             controller.start()
         stop_leading.wait()
-        log.info("stopping controllers")
-        for controller in self.controllers:
-            controller.stop(self.options.drain_timeout)
+        graceful = stop is None or stop.is_set()
+        log.info("stopping controllers" if graceful else "stopping controllers at once")
         self._leading.clear()
+        for controller in self.controllers:
+            controller.stop(self.options.drain_timeout, drain=graceful)
 
     def _run_elected(self, stop: threading.Event) -> int:
         lost = threading.Event()
@@ -200,7 +215,7 @@ class Manager:
                 renew_deadline=opts.renew_deadline,
                 retry_period=opts.retry_period,
             ),
-            on_started_leading=self._lead,
+            on_started_leading=lambda leading: self._lead(leading, stop),
             on_stopped_leading=lambda: None if stop.is_set() else lost.set(),
             on_new_leader=lambda who: log.info("leader is %s", who),
         )
@@ -222,7 +237,7 @@ class Manager:
             except ValueError:
                 names.append(host)
         return SecretCerts(
-            self.client,
+            self._replica_client,
             opts.namespace,
             opts.webhook_secret_name,
             names,

@@ -271,7 +271,8 @@ class WorkQueue:
       while processing goes into ``_dirty`` only, and ``done`` puts it back on ``_queue``.
     - Once ``_shutting_down``, adds are ignored, but keys already dirty still come out of
       ``get`` (and keys re-added during processing are re-queued by ``done``), so nothing added
-      before shut down is lost while workers keep draining.
+      before shut down is lost while workers keep draining; ``shut_down_and_drop`` instead
+      empties ``_queue`` and ``_dirty`` at once.
     - ``_added_at`` and ``_started_at`` (for metrics, on the injected clock) have the keys of
       ``_dirty`` and ``_processing`` respectively.
 
@@ -375,6 +376,18 @@ class WorkQueue:
         the keys still queued have been handed out."""
         with self._lock:
             self._shut_down_locked()
+
+    def shut_down_and_drop(self) -> int:
+        """Shut down and forget every key still queued (keys being processed finish, and are
+        not queued again): for a process that must stop acting at once. Returns how many
+        keys were dropped."""
+        with self._lock:
+            dropped = len(self._queue) + len(self._dirty - set(self._queue))
+            self._queue.clear()
+            self._dirty.clear()
+            self._added_at.clear()
+            self._shut_down_locked()
+            return dropped
 
     def shut_down_with_drain(self, timeout: float | None = None) -> bool:
         """Shut down, then wait until every key queued or being processed is done (workers must

@@ -8,13 +8,26 @@ one while it is installed), never at random, so fault tests do not flake.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 JSON = dict[str, Any]
 
 FAULT_CODES = (410, 429, 500, 503, 504)
+#: The verbs that change something: what a fenced (deposed) client must never send.
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write request, as it arrived: when (the server's monotonic clock), what, from whom."""
+
+    at: float
+    verb: str
+    resource: str
+    user_agent: str
 
 
 @dataclass(frozen=True)
@@ -27,16 +40,33 @@ class RequestKey:
 class Accounting:
     """Counts requests by verb, resource and user agent, and the single-object deletes that
     came without a uid precondition (write-discipline checks need that one property of a
-    request, which a count by verb cannot show)."""
+    request, which a count by verb cannot show), and the last ``WRITES_KEPT`` writes with
+    their arrival time, so a test can tell what a client wrote after a given moment."""
+
+    WRITES_KEPT = 100_000
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[RequestKey] = Counter()
         self._unconditioned: Counter[RequestKey] = Counter()
+        self._writes: deque[Write] = deque(maxlen=self.WRITES_KEPT)
 
     def record(self, verb: str, resource: str, user_agent: str) -> None:
         with self._lock:
             self._counts[RequestKey(verb, resource, user_agent)] += 1
+            if verb in WRITE_VERBS:
+                self._writes.append(Write(time.monotonic(), verb, resource, user_agent))
+
+    def writes(self, user_agent: str | None = None, since: float | None = None) -> list[Write]:
+        """The writes kept, oldest first; ``user_agent`` matches as a prefix, ``since`` is a
+        ``time.monotonic()`` reading of this process (in-process servers only)."""
+        with self._lock:
+            return [
+                w
+                for w in self._writes
+                if (user_agent is None or w.user_agent.startswith(user_agent))
+                and (since is None or w.at > since)
+            ]
 
     def record_delete(self, resource: str, user_agent: str, uid_precondition: bool) -> None:
         if not uid_precondition:
@@ -86,6 +116,7 @@ class Accounting:
         with self._lock:
             self._counts.clear()
             self._unconditioned.clear()
+            self._writes.clear()
 
 
 @dataclass
