@@ -5,13 +5,17 @@ before the reconcilers were split into pure decisions and one act layer."""
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
+from ome.kube import rfc3339
 from ome.provider import gke
 from ome.runtime.rest import EVENTS, NODES, PODS
 from ome.sim.apiserver.faults import Fault
@@ -351,3 +355,181 @@ def test_loss_detection_does_not_wait_for_the_instance_pass(env: Env) -> None:
     eventually(
         lambda: len(env.rows()) == 2 and all(r["phase"] == "Ready" for r in env.rows()), timeout=60
     )
+
+
+def test_a_slice_replaced_from_outside_while_the_manager_is_down_is_lost(env: Env) -> None:
+    """With the manager stopped, OME's Slice is deleted and someone else's is created at its
+    name: on restart the pods are deleted under their UIDs (SliceLost: "was deleted", since
+    the Slice is younger than them), the slot records SliceOwnershipConflict, the foreign
+    Slice is never touched, and once it is removed the Instance heals on a Slice of OME's."""
+    env.apply(opted())
+    wait_ready(env)
+    name = the_slice(env)["metadata"]["name"]
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    env.stop_manager()
+    env.rest.delete(gke.SLICES, name)
+    eventually(lambda: gone(lambda: env.rest.get(gke.SLICES, name)), timeout=30)
+    # creationTimestamps have one-second resolution: the foreign Slice is to be younger.
+    eventually(lambda: rfc3339(datetime.now(UTC)) > pod["metadata"]["creationTimestamp"])
+    foreign = env.rest.create(
+        gke.SLICES,
+        {
+            "apiVersion": "accelerator.gke.io/v1beta1",
+            "kind": "Slice",
+            "metadata": {"name": name, "labels": {"team": "other"}},
+            "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
+        },
+    )
+    foreign = eventually(  # the simulated GKE gives it a partition and its finalizer
+        lambda: (s := env.rest.get(gke.SLICES, name))["spec"]["partitionIds"] and s, timeout=30
+    )
+    deletes = env.cluster.server.accounting.total("delete", "pods", MANAGER_AGENT)
+    env.start_manager()
+    lost = eventually(lambda: env.events("SliceLost"), timeout=30)[0]
+    assert lost == (
+        f"TPU slice {name} was deleted while pods {pod['metadata']['name']} ran on it; they are "
+        "deleted so that their Instance is rebuilt"
+    )
+    conflict = eventually(lambda: env.events("SliceOwnershipConflict"), timeout=30)[0]
+    assert conflict == (
+        f"OMENative component=engine instance=0 withheld: slice is owned by another object: {name}"
+    )
+    acc = env.cluster.server.accounting
+    assert acc.total("delete", "pods", MANAGER_AGENT) > deletes
+    assert acc.deletes_without_uid("pods", MANAGER_AGENT) == 0
+    after = env.rest.get(gke.SLICES, name)
+    for part in ("uid", "labels"):
+        assert after["metadata"][part] == foreign["metadata"][part], part
+    assert after["spec"] == foreign["spec"]
+    assert acc.total("patch", "slices", MANAGER_AGENT) == 0
+    assert acc.total("update", "slices", MANAGER_AGENT) == 0
+    # Removed by its owner: its deletion wakes the replica whose name it carries at once
+    # (not at the held Instance's periodic look, 5 s later), and OME provisions the slot.
+    seen: dict[str, float] = {}
+
+    def record(change: Any) -> None:
+        if (
+            change.tkey == ("accelerator.gke.io", "slices")
+            and change.obj["metadata"]["name"] == name
+        ):
+            seen.setdefault(f"{change.type} {change.obj['metadata']['uid']}", time.monotonic())
+
+    env.cluster.thread.call(lambda: env.cluster.server.store.listeners.append(record))
+    env.rest.delete(gke.SLICES, name)
+    mine = eventually(
+        lambda: (
+            (s := env.slices()) and s[0]["metadata"]["uid"] != foreign["metadata"]["uid"] and s[0]
+        ),
+        timeout=30,
+    )
+    created = eventually(lambda: seen.get(f"ADDED {mine['metadata']['uid']}"), timeout=5)
+    removed = seen[f"DELETED {foreign['metadata']['uid']}"]
+    assert 0 <= created - removed < 1.0, created - removed
+    wait_ready(env)
+
+
+# -- what the manager says ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "line"),
+    [
+        pytest.param(
+            GUIDE_CONFIG_JSON,
+            "TPU slice provisioning is on: tpu7x (2x2x1, 2x2x2)",
+            id="on",
+        ),
+        pytest.param(
+            None,
+            "TPU slice provisioning is off: there is no inferenceservice-config ConfigMap in "
+            "namespace ome",
+            id="no ConfigMap",
+        ),
+        pytest.param(
+            "",
+            "TPU slice provisioning is off: the inferenceservice-config ConfigMap in namespace "
+            "ome has no tpuSliceProvisioning entry",
+            id="no entry",
+        ),
+    ],
+)
+def test_the_start_up_line_says_whether_provisioning_is_on_and_why_not(
+    cluster: Cluster,
+    kubectl: Kubectl,
+    caplog: pytest.LogCaptureFixture,
+    config: str | None,
+    line: str,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="ome.controllers.setup"):
+        for _env in make_env(cluster, kubectl, ["tpu7x:provision-only:1"], config=config):
+            said = [r.getMessage() for r in caplog.records if "provisioning is" in r.getMessage()]
+            assert said == [line]
+
+
+def test_an_opted_in_component_without_a_topology_is_told_once(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """B5/B6: no pod selects a topology, so no Slice and no error; the pods are created
+    unconfined, and the user is told once (a Warning on the InferenceService, a log line)."""
+    svc = opted()
+    del svc["spec"]["engine"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
+    with caplog.at_level(logging.WARNING, logger="ome.controllers.slices.act"):
+        env.apply(svc)
+        wait_ready(env)
+    text = (
+        "OMENative component=engine: opted in to TPU slice provisioning, but no pod selects a "
+        "topology under cloud.google.com/gke-tpu-topology; its pods are created without a slice"
+    )
+    items = eventually(
+        lambda: env.rest.list(EVENTS, NS, field_selector="reason=SliceTopologyMissing")["items"],
+        timeout=10,
+    )
+    assert [(e["message"], e.get("count", 1), e["involvedObject"]["kind"]) for e in items] == [
+        (text, 1, "InferenceService")
+    ]
+    assert [r.getMessage() for r in caplog.records if "opted in" in r.getMessage()] == [text]
+    assert env.slices() == []
+    pod = env.rest.get(PODS, "qwen3-tpu-engine-0-default-0", NS)
+    assert "cloud.google.com/gke-tpu-slice" not in pod["spec"]["nodeSelector"]
+
+
+RETRY_LINE = re.compile(
+    r"(create|update|patch|delete|get|list) [a-z/]+( \S+)? failed: 50[03] \w+(: .*)?; "
+    r"retrying in \d+\.\ds \(attempt \d+ of \d+\)"
+)
+
+
+def test_a_storm_of_server_errors_and_deletions_logs_no_traceback(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Routine API errors are one line each: a retried 5xx is a WARNING naming the call, the
+    error and the next attempt (never the response headers); a write to an object deleted a
+    moment before is quiet. A traceback is for bugs, and there is none."""
+    for verb, resource in (
+        ("update", "inferencereplicas/status"),
+        ("update", "inferenceservices/status"),
+        ("create", "pods"),
+        ("create", "slices"),
+        ("create", "events"),
+    ):
+        env.cluster.server.faults.add(
+            Fault(verb=verb, resource=resource, user_agent=MANAGER_AGENT, code=500, times=6)
+        )
+    with caplog.at_level(logging.DEBUG, logger="ome"):
+        env.apply(opted())
+        wait_ready(env)
+        env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--timeout=60s")
+        eventually(
+            lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)),
+            timeout=60,
+        )
+        eventually(lambda: env.slices() == [], timeout=60)
+    product = [r for r in caplog.records if not r.name.startswith("ome.sim")]
+    assert [r.getMessage() for r in product if r.exc_info] == []
+    retries = [r for r in product if "retrying in" in r.getMessage()]
+    assert retries, "the storm was retried"
+    for record in retries:
+        assert record.levelno == logging.WARNING, record.getMessage()
+        assert RETRY_LINE.fullmatch(record.getMessage()), record.getMessage()
+    assert not [r for r in product if "HTTP response headers" in r.getMessage()]
+    assert not [r for r in product if r.levelno >= logging.ERROR and "404" in r.getMessage()]

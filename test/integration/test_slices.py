@@ -60,6 +60,22 @@ class Env:
     kubectl: Kubectl
     manager: Manager
     registry: CollectorRegistry
+    options: ManagerOptions
+    stop: threading.Event
+    thread: threading.Thread
+
+    def stop_manager(self) -> None:
+        """Stop the manager (as a rollout or a crash would): nothing of it acts any more."""
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the manager did not stop"
+
+    def start_manager(self) -> None:
+        """A new manager process, as after a restart: fresh caches, expectations and
+        metrics, the same User-Agent."""
+        self.manager, self.registry, self.stop, self.thread = _start_manager(
+            self.cluster, self.options
+        )
 
     def apply(self, obj: JSON) -> None:
         self.kubectl("apply", "-f", "-", input=json.dumps(obj))
@@ -102,7 +118,10 @@ def _invariant(cluster: Cluster, violations: list[str]) -> Any:
         )
         if replica is None or not opted_in(replica["spec"].get("runners") or []):
             return  # C1: the Instance is not opted in (its leader or default runner decides)
-        name = (pod["spec"].get("nodeSelector") or {}).get("cloud.google.com/gke-tpu-slice")
+        selector = pod["spec"].get("nodeSelector") or {}
+        if "cloud.google.com/gke-tpu-topology" not in selector:
+            return  # B6.2: no pod of it selects a topology, so it asks for no slice
+        name = selector.get("cloud.google.com/gke-tpu-slice")
         if not name:
             violations.append(
                 f"pod {pod['metadata']['name']} was created without the slice selector"
@@ -153,24 +172,17 @@ def make_env(
             },
             "ome",
         )
-    registry = CollectorRegistry()
-    manager_api = client.ApiClient(cluster.api.configuration)
-    manager_api.user_agent = MANAGER_AGENT
     options = ManagerOptions(
         namespace="ome", metrics_bind_address="0", health_probe_bind_address="0"
     )
     if webhook:
         options.webhook_bind_address = "127.0.0.1:0"
         options.webhook_cert_check_interval = 0.2
-    manager = Manager(Rest(manager_api), options, registry=registry)
-    setup(manager)
-    stop = threading.Event()
-    thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
-    thread.start()
+    manager, registry, stop, thread = _start_manager(cluster, options)
     if webhook:
         install_webhook_configuration(rest, kubectl, manager)
     rest.create(NAMESPACES, {"metadata": {"name": NS}})
-    env = Env(cluster, rest, kubectl, manager, registry)
+    env = Env(cluster, rest, kubectl, manager, registry, options, stop, thread)
     violations: list[str] = []
     if any(":provision-only:" in p for p in pools) and crd and config is not None:
         cluster.thread.call(
@@ -181,14 +193,29 @@ def make_env(
     try:
         yield env
     finally:
-        stop.set()
-        thread.join(30)
+        env.stop.set()
+        env.thread.join(30)
         provider.stop()
     assert violations == [], "\n".join(violations)
     acc = cluster.server.accounting
     for resource in ("pods", "slices"):
         # Write discipline, across every scenario: a delete names the UID it means.
         assert acc.deletes_without_uid(resource, MANAGER_AGENT) == 0, resource
+
+
+def _start_manager(
+    cluster: Cluster, options: ManagerOptions
+) -> tuple[Manager, CollectorRegistry, threading.Event, threading.Thread]:
+    """An in-process manager under ``MANAGER_AGENT``, with its controllers, running."""
+    registry = CollectorRegistry()
+    manager_api = client.ApiClient(cluster.api.configuration)
+    manager_api.user_agent = MANAGER_AGENT
+    manager = Manager(Rest(manager_api), options, registry=registry)
+    setup(manager)
+    stop = threading.Event()
+    thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
+    thread.start()
+    return manager, registry, stop, thread
 
 
 def install_webhook_configuration(rest: Rest, kubectl: Kubectl, manager: Manager) -> None:

@@ -85,7 +85,13 @@ def test_an_opted_in_replica_whose_pods_fill_a_provisionable_topology_has_its_de
     ],
 )
 def test_pods_that_select_no_topology_need_no_slice(runners: list[JSON]) -> None:
-    assert validate(replica(runners), CONFIG, PROVISION_ONLY) == Verdict()
+    """B6.2: no slice and no error; the verdict says why, so that the user is told."""
+    assert validate(replica(runners), CONFIG, PROVISION_ONLY) == Verdict(no_topology=True)
+
+
+def test_a_static_pool_or_an_opt_out_is_not_a_missing_topology() -> None:
+    assert validate(replica(single()), CONFIG, set()) == Verdict()
+    assert validate(replica(single(opt_in=None)), CONFIG, PROVISION_ONLY) == Verdict()
 
 
 def test_a_pool_without_provision_only_nodes_is_static_even_for_a_shape_that_cannot_fill() -> None:

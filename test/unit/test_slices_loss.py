@@ -93,9 +93,19 @@ def test_a_deleted_or_terminating_slice_is_lost_before_ownership_is_checked() ->
     for found in (sl(owner="someone-else", terminating=True), sl(terminating=True)):
         assert judge(N, found, pods, ON_SLICE, UID) == Loss(N, "was deleted", tuple(pods), found)
     assert judge(N, None, pods, ON_SLICE, UID) == Loss(N, "was deleted", tuple(pods), None)
-    # A foreign Slice that is not being deleted is left alone, whatever else is true of it.
-    foreign = sl(owner="someone-else", partitions=(), created=NOW)
+    # A foreign Slice that is not being deleted, and is older than the pods, is left alone,
+    # whatever else is true of it.
+    foreign = sl(owner="someone-else", partitions=(), created=NOW - timedelta(days=1))
     assert judge(N, foreign, pods, {}, UID) is None
+
+
+def test_a_slice_re_created_from_outside_is_lost_whoever_owns_it_now() -> None:
+    """The guide: "was deleted" covers a Slice "re-created from outside, which makes it
+    younger than its pods", ours or not (a foreign one at our name is exactly that)."""
+    pods = [LEADER, WORKER, UNBOUND]
+    for owner in (UID, "someone-else"):
+        young = sl(owner=owner, created=NOW + timedelta(days=1))
+        assert judge(N, young, pods, ON_SLICE, UID) == Loss(N, "was deleted", tuple(pods), young)
 
 
 @pytest.mark.parametrize(
@@ -293,6 +303,10 @@ def test_judge_only_ever_returns_pods_it_was_given(
     assert [p for p in pods if p in got.pods] == list(got.pods), "in the order given"
     if found is None or found.terminating:
         assert got.pods == tuple(pods) and got.why == "was deleted"
+    elif not found.owned_by(UID):
+        # Someone else's Slice takes pods only when it is younger than them (re-created).
+        assert got.why == "was deleted"
+        assert all(p.created is not None and found.created is not None for p in got.pods)
+        assert all(p.created < found.created for p in got.pods)  # type: ignore[operator]
     else:
-        assert found.owned_by(UID)
         assert got.why == "was deleted" or all(p.node for p in got.pods)

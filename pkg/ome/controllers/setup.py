@@ -30,7 +30,7 @@ from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
 from .inferenceservice.controller import InferenceServiceReconciler
 from .slices import admission, messages
 from .slices.metrics import SliceGauge, SliceMetrics
-from .slices.reconciler import SliceReconcilers, holder_view, slice_owner_keys
+from .slices.reconciler import SliceReconcilers, holder_view
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +38,20 @@ CONFIG_MAP = "inferenceservice-config"
 CONFIG_KEY = "tpuSliceProvisioning"
 
 
-def load_config(client: Client, namespace: str) -> Config | None:
-    """A1: the ConfigMap's ``tpuSliceProvisioning`` entry, read once at start. Missing
-    means off; an invalid one raises ``ConfigError`` with every error."""
+def load_config(client: Client, namespace: str) -> tuple[Config | None, str]:
+    """A1: the ConfigMap's ``tpuSliceProvisioning`` entry, read once at start, and when it
+    is missing, why (for the start-up line). Missing means off; an invalid one raises
+    ``ConfigError`` with every error."""
     try:
         cm = client.live_get(CONFIGMAPS, CONFIG_MAP, namespace)
     except ApiException as e:
         if e.status == 404:
-            return None
+            return None, messages.no_config_map(CONFIG_MAP, namespace)
         raise
-    return parse_config((cm.get("data") or {}).get(CONFIG_KEY))
+    parsed = parse_config((cm.get("data") or {}).get(CONFIG_KEY))
+    return parsed, "" if parsed is not None else messages.no_config_entry(
+        CONFIG_MAP, namespace, CONFIG_KEY
+    )
 
 
 def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
@@ -58,37 +62,42 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     replicas = inf.informer(INFERENCE_REPLICAS)
     recorder = manager.event_recorder("inferencereplica-controller")
     pod_expectations = Expectations()
-    config = load_config(manager.client, manager.options.namespace)
+    config, why_off = load_config(manager.client, manager.options.namespace)
     slices: SliceReconcilers | None = None
-    if config is not None:
-        if manager.client.serves(gke.SLICES):
-            slices = SliceReconcilers(
-                manager.client,
-                config,
-                inf.informer(gke.SLICES),
-                inf.informer(NODES),
-                pods,
-                inf.informer(PODS, transform=holder_view(config)),
-                replicas,
-                recorder,
-                SliceMetrics(config, manager.registry),
-                pod_expectations,
+    if config is None:
+        log.info(messages.provisioning_off(why_off))
+    elif manager.client.serves(gke.SLICES):
+        slices = SliceReconcilers(
+            manager.client,
+            config,
+            inf.informer(gke.SLICES),
+            inf.informer(NODES),
+            pods,
+            inf.informer(PODS, transform=holder_view(config)),
+            replicas,
+            recorder,
+            SliceMetrics(config, manager.registry),
+            pod_expectations,
+        )
+        hooks = Hooks(
+            gates=[*hooks.gates, slices.gate], teardown=[*hooks.teardown, slices.teardown]
+        )
+        informer = slices.slices
+        manager.registry.register(
+            SliceGauge(
+                lambda: [s for s in (gke.parse(o) for o in informer.list()) if s.owner_uid],
+                manager.is_leader,
+                lambda: {str(r["metadata"].get("uid")) for r in replicas.list()},
+                config.slice.ready_states,
             )
-            hooks = Hooks(
-                gates=[*hooks.gates, slices.gate], teardown=[*hooks.teardown, slices.teardown]
+        )
+        log.info(
+            messages.provisioning_on(
+                {name: acc.topologies for name, acc in config.accelerators.items()}
             )
-            informer = slices.slices
-            manager.registry.register(
-                SliceGauge(
-                    lambda: [s for s in (gke.parse(o) for o in informer.list()) if s.owner_uid],
-                    manager.is_leader,
-                    lambda: {str(r["metadata"].get("uid")) for r in replicas.list()},
-                    config.slice.ready_states,
-                )
-            )
-            log.info("TPU slice provisioning is on for %s", ", ".join(sorted(config.accelerators)))
-        else:
-            log.warning(messages.CRD_MISSING_LOG)
+        )
+    else:
+        log.warning(messages.CRD_MISSING_LOG)
     if manager.webhooks_enabled:
         # J1: it checks demand only with a configuration and the Slice CRD; else it admits.
         manager.add_webhook(
@@ -102,9 +111,9 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     )
     replica_controller = replica_reconciler.controller()
     if slices is not None:
-        # The gate reads Slices and their hosts: a Slice routes to its owner by the
-        # ome.io/slice-owner annotation, a node to the owner of the Slice its label names.
-        replica_controller.watch(slices.slices, keys=slice_owner_keys)
+        # The gate reads Slices and their hosts: a Slice routes to its owner (by the
+        # ome.io/slice-owner annotation, and by its name), a node to the Slice's owner.
+        replica_controller.watch(slices.slices, keys=slices.slice_owner_keys)
         replica_controller.watch(slices.nodes, keys=slices.node_owner_keys)
         manager.add_controller(slices.controller())
     manager.add_controller(replica_controller)

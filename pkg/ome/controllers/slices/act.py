@@ -58,13 +58,15 @@ class Ledger:
 
     Invariants, under ``_lock``: ``_born[name]`` exists from our create until the Slice is
     first seen ready (or a day passes); ``_deferred[name]`` counts consecutive deferrals and
-    is dropped once the Slice is deleted.
+    is dropped once the Slice is deleted; ``_noticed`` holds the (replica, reason,
+    generation) notices already given.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._born: TTLCache[str, datetime] = TTLCache(maxsize=100_000, ttl=86_400)
         self._deferred: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3_600)
+        self._noticed: TTLCache[tuple[str, str, int], bool] = TTLCache(maxsize=100_000, ttl=86_400)
 
     def born(self, name: str, at: datetime) -> None:
         with self._lock:
@@ -85,6 +87,14 @@ class Ledger:
     def released(self, name: str) -> None:
         with self._lock:
             self._deferred.pop(name, None)
+
+    def first_notice(self, key: str, reason: str, generation: int) -> bool:
+        """True the first time ``reason`` is noticed for this generation of replica ``key``."""
+        with self._lock:
+            if (key, reason, generation) in self._noticed:
+                return False
+            self._noticed[(key, reason, generation)] = True
+            return True
 
 
 @dataclass
@@ -200,6 +210,10 @@ class SliceActor:
         replica = obs.replica
         out = GateOutcome(dict(plan.holds), dict(plan.confine))
         self.record(replica, plan.events)
+        for notice in plan.notices:
+            if self.ledger.first_notice(replica.key, notice.reason, replica.generation):
+                log.warning("%s", notice.message, extra={"replica": replica.key})
+                self.record(replica, [notice])
         demand = plan.verdict.demand
         for create in plan.creates:
             assert demand is not None  # creates are planned only for a demand

@@ -28,6 +28,8 @@ class Verdict:
 
     demand: Demand | None = None
     error: str = ""
+    #: Opted in, but no pod selects a topology (B6.2): no Slice, and the user is told.
+    no_topology: bool = False
 
 
 def validate(replica: Replica, config: Config, provision_only: Iterable[str] | None) -> Verdict:
@@ -37,9 +39,12 @@ def validate(replica: Replica, config: Config, provision_only: Iterable[str] | N
         return Verdict()
     known = set(provision_only) if provision_only is not None else None
     try:
-        return Verdict(shapes.demand(list(replica.pod_specs), config, known))
+        found = shapes.demand(list(replica.pod_specs), config, known)
     except shapes.DemandError as e:
         return Verdict(error=str(e))
+    if found is None and all(shapes.pod_shape(s, config) is None for s in replica.pod_specs):
+        return Verdict(no_topology=True)  # (pod_shape cannot raise here: demand checked it)
+    return Verdict(found)
 
 
 def withhold(

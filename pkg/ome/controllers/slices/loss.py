@@ -49,23 +49,29 @@ def judge(
     nodes: Mapping[str, Host | None],
     replica_uid: str,
 ) -> Loss | None:
-    """H3, in order: the Slice absent or terminating: ``was deleted`` (all its pods); not
-    ours: left alone; created after some pods (re-created from outside): ``was deleted``
-    (those pods); no pod bound: nothing; no partitions: ``lost its partitions`` (the bound
-    pods); a bound pod's node gone or without the Slice's label: ``moved off ...`` (every
-    bound pod, since they started together on the hosts the Slice held before; unbound pods
-    follow the label). ``nodes`` maps each bound pod's node to the host read (None: gone)."""
+    """H3, in order: the Slice absent or terminating: ``was deleted`` (all its pods); created
+    after some pods, which makes it re-created from outside: ``was deleted`` (those pods),
+    whoever owns it now; not ours: left alone; no pod bound: nothing; no partitions: ``lost
+    its partitions`` (the bound pods); a bound pod's node gone or without the Slice's label:
+    ``moved off ...`` (every bound pod, since they started together on the hosts the Slice
+    held before; unbound pods follow the label). ``nodes`` maps each bound pod's node to the
+    host read (None: gone).
+
+    behaviour.md H3 checks ownership before age; the guide, which wins, counts a Slice
+    "re-created from outside, which makes it younger than its pods" as deleted, and a Slice
+    deleted and re-created by someone else at our name is exactly that: its pods run on no
+    Slice of ours, so they go (the slot then shows SliceOwnershipConflict)."""
     pods = list(pods)
     if not pods:
         return None
     if found is None or found.terminating:
         return Loss(name, messages.WAS_DELETED, tuple(pods), found)
-    if not found.owned_by(replica_uid):
-        return None
     born = found.created
     younger = [p for p in pods if born is not None and p.created is not None and p.created < born]
     if younger:
         return Loss(name, messages.WAS_DELETED, tuple(younger), found)
+    if not found.owned_by(replica_uid):
+        return None
     bound = [p for p in pods if p.node]
     if not bound:
         return None

@@ -36,7 +36,41 @@ CRD_MISSING_LOG = (
     "until it is installed and the manager restarts."
 )
 
+
+def provisioning_on(accelerators: dict[str, tuple[str, ...]]) -> str:
+    """A1: the start-up line when provisioning is on, with the accelerators and their
+    topologies: ``TPU slice provisioning is on: tpu7x (2x2x1, 2x2x2)``."""
+    parts = [
+        f"{name} ({', '.join(topologies)})" for name, topologies in sorted(accelerators.items())
+    ]
+    return f"TPU slice provisioning is on: {'; '.join(parts)}"
+
+
+def provisioning_off(why: str) -> str:
+    """A1: the start-up line when provisioning is off (the CRD's case is L's own line)."""
+    return f"TPU slice provisioning is off: {why}"
+
+
+def no_config_map(name: str, namespace: str) -> str:
+    return f"there is no {name} ConfigMap in namespace {namespace}"
+
+
+def no_config_entry(name: str, namespace: str, key: str) -> str:
+    return f"the {name} ConfigMap in namespace {namespace} has no {key} entry"
+
+
 # -- I: events on the InferenceService ----------------------------------------------------------
+
+SLICE_TOPOLOGY_MISSING = "SliceTopologyMissing"
+
+
+def no_topology(component: str, topology_label: str) -> str:
+    """B5/B6: an opted-in component whose pods select no topology gets no Slice: not an
+    error, but the user is told, once per replica generation (a Warning, and a log line)."""
+    return (
+        f"OMENative component={component}: opted in to TPU slice provisioning, but no pod "
+        f"selects a topology under {topology_label}; its pods are created without a slice"
+    )
 
 
 def withheld(component: str, index: int, reason: str) -> str:

@@ -55,6 +55,7 @@ class Replica:
     uid: str
     component: str
     resource_version: str
+    generation: int
     replicas: int
     multi_pod: bool
     opted_in: bool
@@ -102,6 +103,7 @@ class Replica:
             uid=_str(meta.get("uid")),
             component=_str(spec.get("component")),
             resource_version=_str(meta.get("resourceVersion")),
+            generation=_index(meta.get("generation")) or 0,
             replicas=_index(spec.get("replicas")) or 0,
             multi_pod=multi_pod(runners),
             opted_in=shapes.opted_in(runners),

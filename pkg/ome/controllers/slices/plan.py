@@ -24,6 +24,7 @@ from ome.tpuslice.types import Config
 from . import demand as demands
 from . import gate as gates
 from . import loss as losses
+from . import messages
 from . import provision as provisioning
 from . import release as releases
 from .demand import Verdict
@@ -49,9 +50,10 @@ class GateObservation:
 
 @dataclass(frozen=True)
 class GatePlan:
-    """Holds by Instance index, Slices to create and to recycle, Warnings, the Slice each
-    ready Instance's pods are confined to, and the Slices seen ready (for the duration
-    metric). ``verdict`` is the demand it was planned for."""
+    """Holds by Instance index, Slices to create and to recycle, Warnings (``notices``: once
+    per replica generation), the Slice each ready Instance's pods are confined to, and the
+    Slices seen ready (for the duration metric). ``verdict`` is the demand it was planned
+    for."""
 
     verdict: Verdict
     holds: dict[int, Hold] = field(default_factory=dict)
@@ -60,6 +62,8 @@ class GatePlan:
     events: list[Event] = field(default_factory=list)
     confine: dict[int, str] = field(default_factory=dict)
     ready: list[SliceInfo] = field(default_factory=list)
+    #: Warnings to record (and log) once per replica generation, not every pass.
+    notices: list[Event] = field(default_factory=list)
 
 
 def gate_pass(obs: GateObservation) -> GatePlan:
@@ -70,6 +74,12 @@ def gate_pass(obs: GateObservation) -> GatePlan:
     if verdict.error:
         holds, events = demands.withhold(verdict, obs.replica, obs.slots)
         return GatePlan(verdict, holds=holds, events=events)
+    if verdict.no_topology and obs.slots:
+        notice = Event(
+            messages.SLICE_TOPOLOGY_MISSING,
+            messages.no_topology(obs.replica.component, obs.config.topology_label),
+        )
+        return GatePlan(verdict, notices=[notice])
     if verdict.demand is None or not obs.slots:
         return GatePlan(verdict)
     creates, holds = provisioning.provision(obs.replica, obs.slots, obs.slices, obs.creating)

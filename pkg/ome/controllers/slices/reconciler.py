@@ -25,8 +25,9 @@ from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations
-from ome.runtime.informer import Informer, index_by_label, index_by_node_name
+from ome.runtime.informer import Informer, index_by_label, index_by_node_name, object_key
 from ome.tpuslice import demand as shapes
+from ome.tpuslice import naming
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.slices import SliceInfo
@@ -42,6 +43,16 @@ log = logging.getLogger(__name__)
 #: The index of OME's pods by the key of their replica (the InferenceReplica controller's
 #: too: the same name and function).
 BY_REPLICA = "replica"
+#: The index of replicas by the owner hash their Slice names end with (D2).
+BY_HASH = "slice-hash"
+
+
+def _owner_hash_of(replica: JSON) -> list[str]:
+    meta = replica.get("metadata") or {}
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if not (isinstance(ns, str) and isinstance(name, str) and isinstance(uid, str) and uid):
+        return []
+    return [naming.owner_hash(ns, name, uid)]
 
 
 def _now() -> datetime:
@@ -122,6 +133,7 @@ class SliceReconcilers:
         nodes.add_indexer("provision-only", self._provision_only_accelerator)
         holders.add_indexer("node", index_by_node_name)
         pods.add_indexer(BY_REPLICA, replica_key_of_pod)
+        replicas.add_indexer(BY_HASH, _owner_hash_of)
 
     # -- observing -----------------------------------------------------------------------
 
@@ -230,18 +242,28 @@ class SliceReconcilers:
         c = Controller("tpuslice", self.reconcile, workers=workers)
         c.watch(self.replicas)
         c.watch(self.pods, keys=replica_key_of_pod)
-        c.watch(self.slices, keys=slice_owner_keys)
+        c.watch(self.slices, keys=self.slice_owner_keys)
         c.watch(self.nodes, keys=self.node_owner_keys)
         c.watch(self.holders, keys=self.holder_owner_keys)
         return c
 
     # -- routing events to replica keys ---------------------------------------------------
 
+    def slice_owner_keys(self, slice_obj: JSON) -> list[str]:
+        """A Slice routes to the replica its ``ome.io/slice-owner`` annotation names, and to
+        every replica that gives its name (``owners_by_name``), so that a foreign Slice at one
+        of our names, which has no annotation of ours, still wakes the replica whose slot it
+        takes: its replacement, its deletion."""
+        name = (slice_obj.get("metadata") or {}).get("name")
+        hash8 = name.rsplit("-", 1)[-1] if isinstance(name, str) else ""
+        by_name = owners_by_name(slice_obj, self.replicas.by_index(BY_HASH, hash8))
+        return sorted({*annotated_owner_keys(slice_obj), *by_name})
+
     def node_owner_keys(self, node: JSON) -> list[str]:
         """A node routes to the owner of the Slice its slice label names."""
         name = ((node.get("metadata") or {}).get("labels") or {}).get(self.config.slice_label)
         found = self.slices.get(name) if isinstance(name, str) and name else None
-        return slice_owner_keys(found) if found is not None else []
+        return self.slice_owner_keys(found) if found is not None else []
 
     def holder_owner_keys(self, pod: JSON) -> list[str]:
         """A pod that requests chips routes to the owner of the Slice on whose host it is
@@ -258,7 +280,16 @@ class SliceReconcilers:
         return self.node_owner_keys(host) if host is not None else []
 
 
-def slice_owner_keys(slice_obj: JSON) -> list[str]:
+def owners_by_name(slice_obj: JSON, replicas: Iterable[JSON]) -> list[str]:
+    """The keys of the ``replicas`` that give this Slice's name to one of their slots (D2 read
+    backwards: the name's suffix is a slot and the replica's owner hash)."""
+    name = (slice_obj.get("metadata") or {}).get("name")
+    if not isinstance(name, str):
+        return []
+    return [object_key(r) for r in replicas if Replica.from_json(r).slot_of(name) is not None]
+
+
+def annotated_owner_keys(slice_obj: JSON) -> list[str]:
     """The replica key a Slice's ``ome.io/slice-owner`` annotation names (none if absent)."""
     owner = ((slice_obj.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
     return [owner] if isinstance(owner, str) and owner.count("/") == 1 else []
