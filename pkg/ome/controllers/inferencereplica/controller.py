@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,7 +30,7 @@ from ome.api.v1beta1 import (
 )
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
-from ome.durations import parse_go_duration
+from ome.durations import format_go_duration, parse_go_duration
 from ome.kube import JSON, parse_time, rfc3339
 from ome.runtime.client import Client, api_error, describe_error
 from ome.runtime.controller import Controller, Result
@@ -70,6 +71,71 @@ def now_utc() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+#: The waiting token of an Instance rebuilt too often: its pods wait before the next rebuild.
+REBUILD_BACKOFF = "RebuildBackoff"
+
+
+class RebuildBackoff:
+    """Spaces the rebuilds of an Instance that keeps losing its pods, as the kubelet spaces a
+    crashing container's restarts: more than ``allowed`` rebuilds within ``window`` hold the
+    next one back for 10 s, doubling with each further rebuild, up to 5 minutes. Whatever
+    makes the Instance rebuild (a stale cache, a pod deleted from outside in a loop), it then
+    costs a few writes a minute, not thousands; each backoff says why in one log line.
+
+    Written here rather than taken from the workqueue's rate limiter: that one spaces the
+    passes of a whole replica, while this holds one Instance and lets the others go on.
+
+    Invariants, under ``_lock``: ``_times[(key, index)]`` are the times of that Instance's
+    rebuilds within the last ``window``, oldest first; ``_told`` is the rebuild count last
+    logged for it, so each backoff is logged once.
+    """
+
+    INITIAL, CAP = 10.0, 300.0
+
+    def __init__(self, allowed: int = 3, window: timedelta = timedelta(minutes=1)) -> None:
+        self.allowed, self.window = allowed, window
+        self._lock = threading.Lock()
+        self._times: dict[tuple[str, int], list[datetime]] = {}
+        self._told: dict[tuple[str, int], int] = {}
+
+    def rebuilt(self, key: str, index: int, now: datetime) -> None:
+        with self._lock:
+            times = self._recent(key, index, now)
+            times.append(now)
+
+    def hold(self, key: str, index: int, now: datetime) -> tuple[Hold, float] | None:
+        """The hold on ``index``'s next rebuild, and the seconds it has left; None to go."""
+        with self._lock:
+            times = self._recent(key, index, now)
+            excess = len(times) - self.allowed
+            if excess <= 0:
+                return None
+            wait = min(self.CAP, self.INITIAL * 2.0 ** (excess - 1))
+            left = (times[-1] + timedelta(seconds=wait) - now).total_seconds()
+            if left <= 0:
+                return None
+            text = (
+                f"instance {index} was rebuilt {len(times)} times in the last "
+                f"{format_go_duration(self.window)}; its next rebuild waits "
+                f"{format_go_duration(timedelta(seconds=wait))}"
+            )
+            if self._told.get((key, index)) != len(times):
+                self._told[(key, index)] = len(times)
+                log.warning("%s: %s", key, text)
+            return Hold(REBUILD_BACKOFF, text), left
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            for table in (self._times, self._told):
+                for k in [k for k in table if k[0] == key]:
+                    del table[k]
+
+    def _recent(self, key: str, index: int, now: datetime) -> list[datetime]:
+        times = [t for t in self._times.get((key, index), []) if now - t < self.window]
+        self._times[(key, index)] = times
+        return times
+
+
 @dataclass
 class Hooks:
     """What other features plug into the Instance lifecycle.
@@ -106,6 +172,7 @@ class InferenceReplicaReconciler:
         #: the replica status our last write stored: the status is the Instances' memory, so
         #: a cache still showing the replaced version must not be planned from
         self._written: LatestWrites[JSON] = LatestWrites()
+        self.backoff = RebuildBackoff()
         pods.add_indexer("replica", replica_key_of_pod)
 
     def controller(self, workers: int = 2) -> Controller:
@@ -121,6 +188,7 @@ class InferenceReplicaReconciler:
         if replica is None:
             self.expectations.forget(key)
             self._written.forget(key)
+            self.backoff.forget(key)
             return None
         written = self._written.get(key, str(replica["metadata"].get("resourceVersion", "")))
         if written is not None:
@@ -141,7 +209,10 @@ class InferenceReplicaReconciler:
                 meta["namespace"],
             )
             return None  # the update brings us back
-        pods = self.pods.by_index("replica", key)
+        # Only pods this replica owns (its UID): a pod of an earlier replica of the same name
+        # is garbage, never one of its Instances' pods, whatever the cache still shows.
+        replica_uid = str(meta.get("uid", ""))
+        pods = [p for p in self.pods.by_index("replica", key) if _owned_by(p, replica_uid)]
         creating, going = self.expectations.observe(
             key,
             {
@@ -158,16 +229,33 @@ class InferenceReplicaReconciler:
             obs, confirmed_gone=self._confirm_gone(replica, instances.suspects(obs))
         )
         plan = instances.plan(obs)
-        gated = self._gate(replica, plan.about_to_create())
-        instances.settle(plan, gated.holds)
+        before = {
+            r.get("index"): r.get("incarnation", 0)
+            for r in (replica.get("status") or {}).get("instanceStatuses") or []
+        }
+        for row in plan.rows:
+            if row.get("incarnation", 0) != before.get(row.get("index"), row.get("incarnation", 0)):
+                self.backoff.rebuilt(key, int(row["index"]), now)
+        # An Instance rebuilt too often waits first: its gates (its Slice) are not asked.
+        pending = plan.about_to_create()
+        holds: dict[int, Hold] = {}
+        for index in list(pending):
+            backing_off = self.backoff.hold(key, index, now)
+            if backing_off is not None:
+                holds[index] = backing_off[0]
+                plan.wake_in(backing_off[1])
+                del pending[index]
+        gated = self._gate(replica, pending)
+        holds.update(gated.holds)
+        instances.settle(plan, holds)
         revision = instances.revision_hash(list(replica["spec"].get("runners") or []))
         self._ensure_revision(replica, revision)
         failed = gated.failed
         for name, uid in plan.delete:
             failed |= not self._delete_pod(key, meta["namespace"], name, uid)
         for pod in plan.create:
-            index = instances.index_of(pod)
-            extra = gated.node_selectors.get(index, {}) if index is not None else {}
+            at = instances.index_of(pod)
+            extra = gated.node_selectors.get(at, {}) if at is not None else {}
             if extra:
                 pod["spec"].setdefault("nodeSelector", {}).update(extra)
             failed |= not self._create_pod(key, replica, pod)
@@ -325,6 +413,9 @@ class InferenceReplicaReconciler:
         except ApiException as e:
             if e.status == 409:
                 return  # a newer replica is on its way to us
+            if e.status == 404:
+                log.debug("%s/%s is gone: status not written", meta["namespace"], meta["name"])
+                return  # deleted a moment ago: nothing to write to
             raise
         self._written.wrote(f"{meta['namespace']}/{meta['name']}", meta["resourceVersion"], stored)
 
@@ -397,6 +488,14 @@ class InferenceReplicaReconciler:
             if e.status not in (404, 409):
                 raise
         return None
+
+
+def _owned_by(obj: JSON, uid: str) -> bool:
+    """Whether ``obj``'s controller ownerReference is the object of ``uid``."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return bool(ref.get("uid") == uid)
+    return False
 
 
 def replica_key_of_pod(pod: JSON) -> list[str]:

@@ -155,7 +155,7 @@ class InferenceServiceReconciler:
                 conditions.append(condition(ctype, "False", "InvalidSpec", str(e), generation))
                 self.recorder.event(isvc, "Warning", "InvalidSpec", str(e))
                 continue
-            existing = self.replicas.get(f"{ns}/{wanted.name}")
+            existing = self._replica(isvc, wanted.name)
             if existing is not None:
                 # An autoscaler (or kubectl scale) may move replicas within [min, max].
                 wanted.spec["replicas"] = clamp_replicas(
@@ -168,7 +168,7 @@ class InferenceServiceReconciler:
                     condition(ctype, "False", "ComponentReconcileError", error, generation)
                 )
                 continue
-            replica = self.replicas.get(f"{ns}/{wanted.name}")
+            replica = self._replica(isvc, wanted.name)
             status = (replica or {}).get("status") or {}
             ready = int(status.get("readyReplicas") or 0)
             desired = int(wanted.spec["replicas"])
@@ -201,6 +201,20 @@ class InferenceServiceReconciler:
 
     # -- resolving -----------------------------------------------------------------------
 
+    def _replica(self, isvc: JSON, name: str) -> JSON | None:
+        """The cached InferenceReplica ``name`` of this InferenceService, only if it is this
+        one's: its controller ownerReference has this service's UID. A replica left by a
+        deleted service of the same name (a cache that missed its deletion, or garbage not
+        collected yet) is none of this service's, and never makes it Ready."""
+        found = self.replicas.get(f"{isvc['metadata']['namespace']}/{name}")
+        if found is None:
+            return None
+        uid = isvc["metadata"].get("uid")
+        for ref in found["metadata"].get("ownerReferences") or []:
+            if ref.get("controller") and ref.get("kind") == "InferenceService":
+                return found if ref.get("uid") == uid else None
+        return None
+
     def _model(self, ns: str, ref: JSON) -> JSON | None:
         name, kind = ref.get("name", ""), ref.get("kind")
         if kind != "ClusterBaseModel":
@@ -224,7 +238,7 @@ class InferenceServiceReconciler:
     ) -> str | None:
         """Create or update the replica; a refused write is reported and its reason returned."""
         ns = isvc["metadata"]["namespace"]
-        current = self.replicas.get(f"{ns}/{name}")
+        current = self._replica(isvc, name)
         try:
             if current is None:
                 self.client.create(
@@ -271,7 +285,7 @@ class InferenceServiceReconciler:
         for comp in COMPONENTS:
             if comp in present:
                 continue
-            replica = self.replicas.get(f"{ns}/{name}-{comp}")
+            replica = self._replica(isvc, f"{name}-{comp}")
             if replica is not None and not replica["metadata"].get("deletionTimestamp"):
                 self.client.delete(
                     INFERENCE_REPLICAS, f"{name}-{comp}", ns, uid=replica["metadata"]["uid"]
@@ -300,7 +314,9 @@ class InferenceServiceReconciler:
                 INFERENCE_SERVICES, body, isvc["metadata"]["namespace"], subresource="status"
             )
         except ApiException as e:
-            if e.status != 409:
+            if e.status == 404:
+                log.debug("%s is gone: status not written", isvc["metadata"]["name"])
+            elif e.status != 409:
                 raise
         return None
 

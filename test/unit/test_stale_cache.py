@@ -1,0 +1,187 @@
+"""Controllers that a stale cache cannot fool: an InferenceService is never Ready on a cached
+replica that belongs to a deleted service of the same name, and an Instance that keeps being
+rebuilt backs off instead of spinning. No server: informers and client are in-memory fakes."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ome.controllers.inferencereplica.controller import REBUILD_BACKOFF, RebuildBackoff
+from ome.controllers.inferenceservice.controller import InferenceServiceReconciler
+
+JSON = dict[str, Any]
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+NS = "qwen3-tpu"
+
+
+class Cache:
+    """What the controllers read of an informer: ``get`` and ``list`` of plain dicts."""
+
+    def __init__(self, *objects: JSON) -> None:
+        self.objects = {self._key(o): o for o in objects}
+
+    @staticmethod
+    def _key(obj: JSON) -> str:
+        meta = obj["metadata"]
+        return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+    def get(self, key: str) -> JSON | None:
+        found = self.objects.get(key)
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self) -> list[JSON]:
+        return [copy.deepcopy(o) for o in self.objects.values()]
+
+
+class Client:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, JSON]] = []
+
+    def create(self, res: Any, body: JSON, namespace: str | None = None) -> JSON:
+        self.writes.append(("create", res.plural, body))
+        return body
+
+    def replace(self, res: Any, body: JSON, namespace: str | None = None, **kw: Any) -> JSON:
+        self.writes.append(("replace", res.plural, body))
+        return body
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        self.writes.append(("delete", str(args[0].plural), {}))
+
+
+class Recorder:
+    def event(self, *args: Any) -> None:
+        pass
+
+
+def service(uid: str) -> JSON:
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "qwen3-tpu", "namespace": NS, "uid": uid, "generation": 1},
+        "spec": {
+            "model": {"name": "m"},
+            "runtime": {"name": "rt"},
+            "engine": {"minReplicas": 1, "maxReplicas": 1, "runner": {"name": "c"}},
+        },
+    }
+
+
+def ready_replica(owner_uid: str) -> JSON:
+    """The engine's replica as a cache holds it: Ready, owned by the service of that UID."""
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceReplica",
+        "metadata": {
+            "name": "qwen3-tpu-engine",
+            "namespace": NS,
+            "uid": f"replica-of-{owner_uid}",
+            "ownerReferences": [
+                {
+                    "apiVersion": "ome.io/v1beta1",
+                    "kind": "InferenceService",
+                    "name": "qwen3-tpu",
+                    "uid": owner_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"replicas": 1},
+        "status": {"readyReplicas": 1, "updateRevision": "r1", "currentRevision": "r1"},
+    }
+
+
+def reconcile(isvc: JSON, cached_replica: JSON) -> tuple[JSON, Client]:
+    client = Client()
+    runtime = {
+        "metadata": {"name": "rt"},
+        "spec": {"engineConfig": {"runner": {"name": "c", "image": "img:1"}}},
+    }
+    reconciler = InferenceServiceReconciler(
+        client,  # type: ignore[arg-type]
+        Cache(isvc),  # type: ignore[arg-type]
+        Cache(cached_replica),  # type: ignore[arg-type]
+        Cache(),  # type: ignore[arg-type]
+        Cache(runtime),  # type: ignore[arg-type]
+        Cache(),  # type: ignore[arg-type]
+        Cache({"metadata": {"name": "m"}}),  # type: ignore[arg-type]
+        Recorder(),  # type: ignore[arg-type]
+    )
+    reconciler.reconcile(f"{NS}/qwen3-tpu")
+    statuses = [b for verb, plural, b in client.writes if plural == "inferenceservices"]
+    assert statuses, "a status was written"
+    return statuses[-1]["status"], client
+
+
+def ready(status: JSON) -> str:
+    return next(c["status"] for c in status["conditions"] if c["type"] == "Ready")
+
+
+def test_a_service_is_ready_on_its_own_ready_replica() -> None:
+    status, _ = reconcile(service("uid-now"), ready_replica("uid-now"))
+    assert ready(status) == "True"
+
+
+def test_a_cached_replica_of_a_deleted_service_of_the_same_name_never_makes_it_ready() -> None:
+    """The cache still shows the replica of the service deleted a moment ago (same name,
+    another UID): the new service is not Ready on it, and creates its own replica."""
+    status, client = reconcile(service("uid-now"), ready_replica("uid-before"))
+    assert ready(status) == "False"
+    creates = [b for verb, plural, b in client.writes if verb == "create"]
+    assert [b["metadata"]["ownerReferences"][0]["uid"] for b in creates] == ["uid-now"]
+    assert not [w for w in client.writes if w[0] == "replace" and w[1] == "inferencereplicas"]
+
+
+# -- rebuild backoff -----------------------------------------------------------------------------
+
+
+def test_a_few_rebuilds_a_minute_go_unhindered() -> None:
+    backoff = RebuildBackoff()
+    for seconds in (0, 10, 20):
+        backoff.rebuilt("ns/r", 0, NOW + timedelta(seconds=seconds))
+    assert backoff.hold("ns/r", 0, NOW + timedelta(seconds=21)) is None
+
+
+def test_an_instance_rebuilt_too_often_waits_longer_each_time_and_says_why_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    backoff = RebuildBackoff()
+    t = NOW
+    for _ in range(4):
+        backoff.rebuilt("ns/r", 0, t)
+        t += timedelta(seconds=1)
+    with caplog.at_level(logging.WARNING, logger="ome.controllers.inferencereplica.controller"):
+        held = backoff.hold("ns/r", 0, t)
+        again = backoff.hold("ns/r", 0, t + timedelta(seconds=1))
+    assert held is not None and again is not None
+    hold, left = held
+    assert hold.token == REBUILD_BACKOFF
+    assert (
+        hold.message
+        == "instance 0 was rebuilt 4 times in the last 1m0s; its next rebuild waits 10s"
+    )
+    assert 0 < left <= 10
+    assert [r.getMessage() for r in caplog.records] == [f"ns/r: {hold.message}"], "once"
+    # Waited out: it goes; rebuilt once more, it waits twice as long.
+    last = t - timedelta(seconds=1)
+    assert backoff.hold("ns/r", 0, last + timedelta(seconds=10)) is None
+    backoff.rebuilt("ns/r", 0, last + timedelta(seconds=10))
+    held = backoff.hold("ns/r", 0, last + timedelta(seconds=11))
+    assert held is not None and held[0].message.endswith("waits 20s")
+    # Other Instances, and other replicas, are not held.
+    assert backoff.hold("ns/r", 1, t) is None and backoff.hold("ns/other", 0, t) is None
+
+
+def test_the_backoff_is_capped_and_forgotten_with_its_replica() -> None:
+    backoff = RebuildBackoff()
+    for i in range(40):
+        backoff.rebuilt("ns/r", 0, NOW + timedelta(milliseconds=i))
+    held = backoff.hold("ns/r", 0, NOW + timedelta(seconds=1))
+    assert held is not None and held[0].message.endswith("waits 5m0s")
+    backoff.forget("ns/r")
+    assert backoff.hold("ns/r", 0, NOW + timedelta(seconds=1)) is None
