@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint run clean
+.PHONY: setup test lint run stress clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest
+
+# A mass delete and re-create of 200 services, twice (about three minutes on two cores); CI
+# runs it after `make test`. STRESS_SERVICES=50 makes it quicker.
+stress: setup
+	$(BIN)/python -m pytest test/stress
 
 # ARGS passes flags to ome-sim run, e.g. make run ARGS="--slice-ready-timeout 20s".
 run: setup
