@@ -117,6 +117,7 @@ def test_provider_runs_alone_against_an_existing_cluster(tmp_path: Path) -> None
 
     thread = ServerThread()
     server = thread.start()
+    proc: subprocess.Popen[str] | None = None
     try:
         kubeconfig = server.write_kubeconfig(tmp_path / "kc")
         proc = subprocess.Popen(
@@ -150,6 +151,9 @@ def test_provider_runs_alone_against_an_existing_cluster(tmp_path: Path) -> None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:
+        if proc is not None and proc.poll() is None:  # a failed assertion leaves nothing behind
+            proc.kill()
+            proc.wait(10)
         thread.stop()
 
 
