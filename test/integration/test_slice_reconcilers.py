@@ -30,6 +30,7 @@ from test.integration.test_slices import (
     guide_env,
     make_env,
     opted,
+    ready_timeout_config,
     released,
     the_slice,
 )
@@ -180,13 +181,11 @@ def test_a_teardown_whose_slice_deletes_fail_finishes_at_its_deadline(env: Env) 
 @pytest.fixture
 def activating_with_timeout(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
     """Slices activate for 30 s and time out after 1 s."""
-    config = json.loads(GUIDE_CONFIG_JSON)
-    config["slice"]["readyTimeout"] = "1s"
     yield from make_env(
         cluster,
         kubectl,
         ["tpu7x:provision-only:2"],
-        config=json.dumps(config),
+        config=ready_timeout_config("1s"),
         activation_delay=30.0,
     )
 

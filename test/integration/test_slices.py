@@ -138,6 +138,13 @@ def _invariant(cluster: Cluster, violations: list[str]) -> Any:
     return check
 
 
+def ready_timeout_config(timeout: str) -> str:
+    """The guide's Step 1 block with another ``slice.readyTimeout``."""
+    config = json.loads(GUIDE_CONFIG_JSON)
+    config["slice"]["readyTimeout"] = timeout
+    return json.dumps(config)
+
+
 def make_env(
     cluster: Cluster,
     kubectl: Kubectl,
@@ -531,13 +538,11 @@ def test_a_foreign_slice_at_the_name_is_an_ownership_conflict(tight: Env) -> Non
 
 @pytest.fixture
 def timing_out(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    config = json.loads(GUIDE_CONFIG_JSON)
-    config["slice"]["readyTimeout"] = "2s"
     yield from make_env(
         cluster,
         kubectl,
         ["tpu7x:provision-only:2"],
-        config=json.dumps(config),
+        config=ready_timeout_config("2s"),
         activation_delay=3.0,
     )
 
@@ -826,9 +831,9 @@ def test_slice_lost_when_moved_off_its_node(env: Env) -> None:
 
 @pytest.fixture
 def tight_timeout(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    config = json.loads(GUIDE_CONFIG_JSON)
-    config["slice"]["readyTimeout"] = "1s"
-    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:1"], config=json.dumps(config))
+    yield from make_env(
+        cluster, kubectl, ["tpu7x:provision-only:1"], config=ready_timeout_config("1s")
+    )
 
 
 def test_pool_without_capacity_never_times_out(tight_timeout: Env) -> None:
