@@ -8,7 +8,10 @@ temporary directory.
 
 Tests that need a slower simulator (a Slice activating long enough to act on it) get a
 second environment started with other ``ome-sim run`` flags; against a given cluster they
-are skipped, since its simulator cannot be reconfigured from here.
+are skipped, since its simulator cannot be reconfigured from here, unless
+``OME_E2E_CONTROL_PLANE=kube`` says to start that second one on a real control plane
+(``ome-sim run --control-plane kube``; hack/e2e-kube.sh sets it). Without a given cluster,
+``OME_E2E_CONTROL_PLANE=kube`` starts both environments on a real control plane.
 """
 
 from __future__ import annotations
@@ -57,10 +60,15 @@ def _ome_sim() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "ome.sim.cli"]
 
 
+def control_plane() -> str:
+    return os.environ.get("OME_E2E_CONTROL_PLANE") or "embedded"
+
+
 def start_system(directory: Path, home: Path, *flags: str) -> Iterator[Environment]:
     """``ome-sim run`` until the test session ends; its output until ready is kept for the
     failure message."""
     kubeconfig = directory / "kubeconfig"
+    flags = ("--control-plane", control_plane(), *flags)
     proc = subprocess.Popen(
         [
             *_ome_sim(),
@@ -112,7 +120,7 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environmen
 @pytest.fixture(scope="session")
 def slow_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     """Slices activate in 5 s and time out after 10 s: time to act while one activates."""
-    if os.environ.get("OME_E2E_KUBECONFIG"):
+    if os.environ.get("OME_E2E_KUBECONFIG") and control_plane() != "kube":
         pytest.skip("needs ome-sim run with --activation-delay and --slice-ready-timeout")
     home = tmp_path_factory.mktemp("home-slow")
     yield from start_system(

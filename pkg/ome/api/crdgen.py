@@ -98,8 +98,11 @@ def crds() -> list[JSON]:
 
 def object_schema(object_type: object) -> JSON:
     """The root ``openAPIV3Schema`` of a kind's TypedDict: ``metadata`` is ObjectMeta, which
-    the API server validates itself, so its schema is ``type: object`` alone."""
+    the API server validates itself, so its schema is ``type: object`` alone: kube-apiserver
+    refuses a CRD whose ``metadata`` says more, even a description ("must not specify
+    anything other than name and generateName")."""
     schema = _typed_dict(object_type, "", opaque=frozenset({"metadata"}))
+    schema["properties"]["metadata"] = {"type": "object"}
     doc = _doc(object_type)
     if doc:
         schema = {"description": doc, **schema}

@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import logging
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -22,10 +24,12 @@ from urllib3.exceptions import HTTPError
 
 from ome import user_agent
 from ome.durations import parse_go_duration
+from ome.runtime.client import describe_error
 from ome.runtime.rest import Rest
 
-from . import system
+from . import controlplane, system
 from .apiserver import EmbeddedAPIServer, ServerThread
+from .controlplane import ControlPlane
 from .gke.model import DEFAULT_POOLS, KNOBS, PoolError, parse_pools
 from .gke.provider import Options, Provider, install_slice_crd, parse_duration
 
@@ -98,14 +102,32 @@ def _run_provider(
     return provider
 
 
+@dataclass
+class Stage:
+    """What ``serve`` runs on: the cluster's admin client and kubeconfig, and, on
+    ``--control-plane kube``, the control plane (to mint the manager's token)."""
+
+    rest: Rest
+    kubeconfig: Path
+    interrupted: threading.Event
+    plane: ControlPlane | None = None
+
+    @property
+    def name(self) -> str:
+        return "the real control plane" if self.plane is not None else "the embedded cluster"
+
+
 def _with_cluster(
     args: argparse.Namespace,
     command: str,
-    serve: Callable[[Rest, Path, threading.Event], int],
+    serve: Callable[[Stage], int],
 ) -> int:
-    """Start the embedded API server and the provider, run ``serve`` (which returns on
-    Ctrl-C), then stop both; every failure is one line and exit code 1."""
+    """Start the cluster (the embedded API server, or with ``--control-plane kube`` etcd,
+    kube-apiserver and kube-controller-manager) and the provider, run ``serve`` (which
+    returns on Ctrl-C), then stop both; every failure is one line and exit code 1."""
     interrupted = _interrupt_event()
+    if args.control_plane == "kube":
+        return _with_kube(args, command, serve, interrupted)
     say("starting the embedded API server")
     thread = ServerThread(port=args.port)
     try:
@@ -118,10 +140,12 @@ def _with_cluster(
         say(f"embedded API server listening on {server.url}")
         rest = _rest(str(path))
         provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
-        return serve(rest, path, interrupted)
+        return serve(Stage(rest, path, interrupted))
     except system.StartError as e:
         return fail(f"{command}: {e}")
-    except (ApiException, HTTPError, OSError, TimeoutError) as e:
+    except ApiException as e:
+        return fail(f"{command}: {describe_error(e)}")
+    except (HTTPError, OSError, TimeoutError) as e:
         return fail(f"{command}: {e}")
     finally:
         if provider is not None:
@@ -129,17 +153,74 @@ def _with_cluster(
         thread.stop()
 
 
+def _with_kube(
+    args: argparse.Namespace,
+    command: str,
+    serve: Callable[[Stage], int],
+    interrupted: threading.Event,
+) -> int:
+    """`_with_cluster` on a real control plane: the binaries are built first if they are
+    missing (hack/kube-binaries.sh, with its progress), the components' logs go beside the
+    kubeconfig, and the data directory is removed on exit."""
+    binaries = controlplane.binaries_dir()
+    if controlplane.missing_binaries(binaries):
+        code = _build_binaries(args.config_dir.parent if hasattr(args, "config_dir") else Path())
+        if code != 0:
+            return code
+    path = args.kubeconfig.resolve()
+    plane = controlplane.ControlPlane(
+        log_dir=path.parent / "control-plane",
+        binaries=binaries,
+        progress=lambda m: say(f"  {m}"),
+        api_port=args.port,
+    )
+    say(f"starting a real control plane (Kubernetes {controlplane.KUBE_VERSION})")
+    provider: Provider | None = None
+    try:
+        plane.start()
+        plane.write_kubeconfig(path)
+        say(f"kube-apiserver listening on {plane.url} (component logs: {plane.log_dir})")
+        rest = _rest(str(path))
+        provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
+        return serve(Stage(rest, path, interrupted, plane))
+    except (controlplane.ControlPlaneError, system.StartError) as e:
+        return fail(f"{command}: {e}")
+    except ApiException as e:
+        return fail(f"{command}: {describe_error(e)}")
+    except (HTTPError, OSError, TimeoutError) as e:
+        return fail(f"{command}: {e}")
+    finally:
+        if provider is not None:
+            provider.stop()
+        plane.stop()
+
+
+def _build_binaries(root: Path) -> int:
+    """Run hack/kube-binaries.sh, whose progress lines go straight to the console."""
+    script = root / "hack" / "kube-binaries.sh"
+    if not script.is_file():
+        return fail(
+            f"the control plane binaries are not built in {controlplane.binaries_dir()}, and "
+            f"{script} is not here to build them: run from the repository's root"
+        )
+    say(f"building the control plane binaries once ({script}; about 15 minutes on 2 cores)")
+    code = subprocess.call(["bash", str(script)], stdout=subprocess.DEVNULL)
+    if code != 0:
+        return fail(f"{script} failed (exit code {code}); the lines above say why")
+    return 0
+
+
 def _up(args: argparse.Namespace) -> int:
-    def serve(_rest: Rest, path: Path, interrupted: threading.Event) -> int:
+    def serve(stage: Stage) -> int:
         say("")
-        say("the simulated GKE cluster is up; in another shell:")
-        say(f"export KUBECONFIG={path}")
+        say(f"the simulated GKE cluster is up on {stage.name}; in another shell:")
+        say(f"export KUBECONFIG={stage.kubeconfig}")
         say(
             "kubectl get nodes -L cloud.google.com/gke-tpu-accelerator,"
             "cloud.google.com/gke-accelerator-topology-mode,cloud.google.com/gke-tpu-slice"
         )
         say("press Ctrl-C to stop")
-        _wait(interrupted)
+        _wait(stage.interrupted)
         say("stopping")
         return 0
 
@@ -155,7 +236,9 @@ def _provider(args: argparse.Namespace) -> int:
         return fail(f"provider: cannot use kubeconfig {args.kubeconfig}: {e}")
     except HTTPError as e:
         return fail(f"provider: cannot reach the API server of {args.kubeconfig}: {_reason(e)}")
-    except (ApiException, OSError, TimeoutError) as e:
+    except ApiException as e:
+        return fail(f"provider: {describe_error(e)}")
+    except (OSError, TimeoutError) as e:
         return fail(f"provider: {e}")
     say("press Ctrl-C to stop")
     try:
@@ -203,24 +286,51 @@ def _run(args: argparse.Namespace) -> int:
     """The whole system: ``ome-sim up`` plus OME's manifests and the manager process, which
     is restarted whenever it exits until Ctrl-C (`system.Supervisor`)."""
 
-    def serve(rest: Rest, path: Path, interrupted: threading.Event) -> int:
+    def serve(stage: Stage) -> int:
+        rest, path, interrupted = stage.rest, stage.kubeconfig, stage.interrupted
+        kube = stage.plane is not None
         configs = system.install(
             rest,
             args.config_dir,
             system.config_with(args.slice_ready_timeout),
             lambda m: say(f"  {m}"),
+            rbac=kube,
         )
         log_path = path.parent / "manager.log"
-        manager = system.start_manager(path, log_path, [])
+        if stage.plane is not None:
+            # The manager runs as its ServiceAccount, under config/rbac, not as admin.
+            manager_config = controlplane.write_kubeconfig(
+                path.parent / "manager.kubeconfig",
+                stage.plane.token_kubeconfig(
+                    f"system:serviceaccount:{system.NAMESPACE}:{system.SERVICE_ACCOUNT}",
+                    system.service_account_token(rest),
+                    system.NAMESPACE,
+                ),
+            )
+            say(
+                f"  the manager runs as ServiceAccount {system.NAMESPACE}/"
+                f"{system.SERVICE_ACCOUNT} ({manager_config})"
+            )
+
+            extra = ["--webhook-host", "127.0.0.1"]
+
+            def point(port: int) -> None:
+                system.point_webhooks_at_url(rest, configs, port)
+        else:
+            extra = []
+            manager_config = path
+
+            def point(port: int) -> None:
+                system.point_webhooks_at(rest, configs, port)
+
+        manager = system.start_manager(manager_config, log_path, extra)
         say(f"  starting the manager, pid {manager.pid} (its log: {log_path})")
         supervisor = system.Supervisor(
             manager,
             start=lambda ports, separator: system.start_manager(
-                path, log_path, [], ports, separator
+                manager_config, log_path, extra, ports, separator
             ),
-            serving=lambda m: system.point_webhooks_at(
-                rest, configs, m.ports["admission webhooks"]
-            ),
+            serving=lambda m: point(m.ports["admission webhooks"]),
             say=say,
             stop=interrupted,
         )
@@ -230,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
                 probes = manager.wait_for_port("probes", 60)
                 metrics = manager.wait_for_port("metrics", 60)
                 webhook = manager.wait_for_port("admission webhooks", 60)
-                system.point_webhooks_at(rest, configs, webhook)
+                point(webhook)
                 system.wait_ready(manager, probes, 120, lambda m: say(f"  {m}"), interrupted)
             except system.StartError:
                 if not interrupted.is_set():
@@ -239,7 +349,7 @@ def _run(args: argparse.Namespace) -> int:
                 say("stopping")
                 return 0
             say("")
-            say("OME is up on the embedded cluster; in another shell:")
+            say(f"OME is up on {stage.name}; in another shell:")
             say(f"export KUBECONFIG={path}")
             say(f"manager metrics: http://127.0.0.1:{metrics}/metrics")
             say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
@@ -291,6 +401,17 @@ def _provider_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _control_plane_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--control-plane",
+        choices=("embedded", "kube"),
+        default="embedded",
+        help="embedded: the embedded API server (default); kube: etcd, kube-apiserver and "
+        f"kube-controller-manager {controlplane.KUBE_VERSION} on loopback, built from their "
+        "Go modules by hack/kube-binaries.sh (built on first use, which needs Go)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ome-sim",
@@ -325,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write the kubeconfig (default: .ome/kubeconfig)",
     )
     up.add_argument("--port", type=_port, default=0, help="API server port (default: a free one)")
+    _control_plane_flag(up)
     _provider_flags(up)
     up.set_defaults(func=_up)
 
@@ -346,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: .ome/kubeconfig)",
     )
     run.add_argument("--port", type=_port, default=0, help="API server port (default: a free one)")
+    _control_plane_flag(run)
     run.add_argument(
         "--config-dir",
         type=Path,

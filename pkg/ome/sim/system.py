@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +60,15 @@ JSON = dict[str, Any]
 
 NAMESPACE = "ome"
 SERVICES = Resource("", "v1", "services")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", namespaced=False)
+CLUSTER_ROLE_BINDINGS = Resource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", namespaced=False
+)
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+#: The manager's identity on a real control plane (config/rbac).
+SERVICE_ACCOUNT = "ome-controller-manager"
 KINDS = {
     "CustomResourceDefinition": CRDS,
     "Namespace": NAMESPACES,
@@ -66,6 +76,11 @@ KINDS = {
     "Secret": SECRETS,
     "Service": SERVICES,
     "ValidatingWebhookConfiguration": VALIDATING_WEBHOOK_CONFIGURATIONS,
+    "ServiceAccount": SERVICE_ACCOUNTS,
+    "ClusterRole": CLUSTER_ROLES,
+    "ClusterRoleBinding": CLUSTER_ROLE_BINDINGS,
+    "Role": ROLES,
+    "RoleBinding": ROLE_BINDINGS,
     "ClusterBaseModel": CLUSTER_BASE_MODELS,
     "ClusterServingRuntime": CLUSTER_SERVING_RUNTIMES,
 }
@@ -87,12 +102,17 @@ class StartError(RuntimeError):
 
 
 def read_manifests(path: Path) -> list[JSON]:
-    """Every document of a YAML file (or of each *.yaml file of a directory), in order."""
+    """Every document of a YAML file (or of each *.yaml file of a directory), in order; a
+    kustomization.yaml is kustomize's, not an object, and is left out."""
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
     docs: list[JSON] = []
     for file in files:
         try:
-            docs.extend(d for d in yaml.safe_load_all(file.read_text()) if isinstance(d, dict))
+            docs.extend(
+                d
+                for d in yaml.safe_load_all(file.read_text())
+                if isinstance(d, dict) and d.get("kind") != "Kustomization"
+            )
         except (OSError, yaml.YAMLError) as e:
             raise StartError(f"cannot read {file}: {e}") from None
     return docs
@@ -208,7 +228,7 @@ def _prctl() -> Any:
 _PRCTL = _prctl()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: on Linux, get SIGTERM when ``ome-sim`` dies, even by
     SIGKILL, so that no manager outlives it. Only a C call: safe between fork and exec."""
     if _PRCTL is not None:
@@ -291,7 +311,7 @@ def start_manager(
         log_separator(log_path, separator)
     proc = subprocess.Popen(
         command,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509 - only a C call, between fork and exec
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - only a C call, between fork and exec
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -342,20 +362,45 @@ def wait_ready(
         stop.wait(0.2)
 
 
+def wait_established(rest: Rest, names: list[str], timeout: float = 60.0) -> None:
+    """Until each CRD is Established: a real API server takes a moment to serve a new CRD,
+    and a custom object created before then is refused with 404."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while True:
+            crd = rest.get(CRDS, name)
+            conditions = (crd.get("status") or {}).get("conditions") or []
+            if any(
+                c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise StartError(f"CRD {name} was not Established within {timeout:.0f}s")
+            time.sleep(0.1)
+
+
 def install(
-    rest: Rest, config_dir: Path, slice_config: str, progress: Callable[[str], None]
+    rest: Rest,
+    config_dir: Path,
+    slice_config: str,
+    progress: Callable[[str], None],
+    rbac: bool = False,
 ) -> list[JSON]:
     """Everything but the manager; returns the webhook configuration, to be pointed at the
-    manager's port once it is known."""
-    for sub in ("crd", "webhook", "samples"):
+    manager's port once it is known. ``rbac`` installs config/rbac too (the manager's
+    ServiceAccount and its roles), which only a real control plane enforces."""
+    subs = ("crd", "webhook", "samples", *(("rbac",) if rbac else ()))
+    for sub in subs:
         if not (config_dir / sub).is_dir():
             raise StartError(
                 f"{config_dir / sub} not found: run from the repository's root, or pass "
                 "--config-dir"
             )
     progress("installing OME's CRDs (config/crd)")
-    for crd in read_manifests(config_dir / "crd"):
+    crds = read_manifests(config_dir / "crd")
+    for crd in crds:
         create(rest, crd)
+    wait_established(rest, [crd["metadata"]["name"] for crd in crds])
     progress(f"creating namespace {NAMESPACE} and the inferenceservice-config ConfigMap")
     create(rest, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     create(
@@ -373,6 +418,10 @@ def install(
         create(rest, doc)
         if doc.get("kind") == "ValidatingWebhookConfiguration":
             webhook_configs.append(doc)
+    if rbac:
+        progress("installing the manager's ServiceAccount and roles (config/rbac)")
+        for doc in read_manifests(config_dir / "rbac"):
+            create(rest, doc)
     progress("installing the sample model and runtime (config/samples)")
     for sample in SAMPLES:
         for doc in read_manifests(config_dir / sample):
@@ -536,3 +585,48 @@ class Supervisor:
 
     def stop(self) -> None:
         self.manager.stop()
+
+
+def service_account_token(
+    rest: Rest, name: str = SERVICE_ACCOUNT, namespace: str = NAMESPACE, seconds: int = 604800
+) -> str:
+    """A token of the ServiceAccount (TokenRequest), as the kubelet projects into a pod: the
+    manager then runs under exactly the RBAC of config/rbac. It lasts a week by default."""
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": seconds},
+    }
+    answer = rest.request("POST", SERVICE_ACCOUNTS.path(namespace, name, "token"), body=body)
+    return str(answer["status"]["token"])
+
+
+def point_webhooks_at_url(rest: Rest, configs: list[JSON], port: int) -> None:
+    """On a real API server: give each webhook the URL ``https://127.0.0.1:<port><path>``
+    of the manager on loopback, keeping the caBundle the manager filled in (the manager is
+    run with ``--webhook-host 127.0.0.1``, so its certificate names that address).
+
+    Why not the Service: kube-apiserver dials a webhook Service through its ClusterIP, which
+    needs kube-proxy, or with ``--enable-aggregator-routing`` through its endpoints, and
+    neither Endpoints nor EndpointSlices may hold a loopback address (``may not be in the
+    loopback range``). ``clientConfig.url`` is the one route a real apiserver takes to a
+    process on 127.0.0.1 (docs/embedded-apiserver.md)."""
+    for doc in configs:
+        name = doc["metadata"]["name"]
+        for _ in range(5):
+            live = rest.get(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
+            updated = copy.deepcopy(live)
+            for hook in updated.get("webhooks") or []:
+                client_config = hook.get("clientConfig") or {}
+                service = client_config.pop("service", None)
+                path = (service or {}).get("path") or urllib.parse.urlsplit(
+                    client_config.get("url", "")
+                ).path
+                client_config["url"] = f"https://127.0.0.1:{port}{path}"
+                hook["clientConfig"] = client_config
+            try:
+                rest.replace(VALIDATING_WEBHOOK_CONFIGURATIONS, updated)
+                break
+            except ApiException as e:
+                if e.status != 409:
+                    raise

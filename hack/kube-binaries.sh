@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Build pinned kube-apiserver, kube-controller-manager and etcd from their Go modules, for the
+# real control plane of the tests (`ome-sim run --control-plane kube`, `make e2e-kube`).
+#
+#   hack/kube-binaries.sh           build what is missing, then print the directory
+#   hack/kube-binaries.sh --check   exit 0 if all three are built, 1 if not; build nothing
+#   hack/kube-binaries.sh --dir     print the directory the binaries go to
+#
+# The versions are pinned here and nowhere else:
+# - Kubernetes v1.37.2, the newest release the Go module proxy serves whose go.mod asks for
+#   no newer Go than the machine's (go 1.26.0; the machine has go1.26.8).
+# - etcd v3.7.3, the server module of the etcd client line that Kubernetes v1.37 requires
+#   (go.etcd.io/etcd/client/v3 v3.7.0). It is built from go.etcd.io/etcd/server/v3 through a
+#   three-line main rather than taken from a PyPI wheel: the proxy serves it for exactly the
+#   version we want, it shares the Go toolchain and build cache with the Kubernetes build,
+#   and no PyPI package ships an etcd 3.7 binary for linux/amd64 that we could pin.
+#
+# `go install k8s.io/kubernetes/cmd/...@v1.37.2` cannot work: Kubernetes' go.mod replaces
+# each k8s.io/* staging module with a local path. So this builds from a small module of its
+# own that requires k8s.io/kubernetes and replaces each staging module (the replace block of
+# that version's go.mod) with its published twin at v0.37.2.
+#
+# The binaries go to a machine-wide cache, so a fresh clone and CI reuse them:
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/kube/v1.37.2/
+# They are built in a temporary directory and moved in only when all three are built, so an
+# interrupted build leaves nothing half-made behind. A first build takes about 15 minutes on
+# two cores (README); a warm one is a no-op.
+set -euo pipefail
+
+KUBE_VERSION=v1.37.2
+STAGING_VERSION=v0.37.2
+ETCD_VERSION=v3.7.3
+GO_MIN=1.26.0
+
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/kube"
+DEST="$CACHE_ROOT/$KUBE_VERSION"
+BINARIES=(etcd kube-apiserver kube-controller-manager)
+
+say() { printf 'kube-binaries: %s\n' "$*" >&2; }
+
+have_all() {
+  local b
+  for b in "${BINARIES[@]}"; do
+    [[ -x "$DEST/$b" ]] || return 1
+  done
+  [[ -f "$DEST/VERSIONS" ]]
+}
+
+usage() {
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+case "${1:-}" in
+  "") ;;
+  --check) have_all && exit 0 || exit 1 ;;
+  --dir) echo "$DEST"; exit 0 ;;
+  -h | --help) usage; exit 0 ;;
+  *) say "unknown argument '$1' (try --help)" >&2; exit 2 ;;
+esac
+
+if have_all; then
+  echo "$DEST"
+  exit 0
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  say "needs Go >= $GO_MIN on the PATH to build kube-apiserver, kube-controller-manager and etcd $KUBE_VERSION; without it the embedded cluster (the default) is what runs" >&2
+  exit 3
+fi
+go_version="$(go env GOVERSION)"
+go_version="${go_version#go}"
+if [[ "$(printf '%s\n%s\n' "$GO_MIN" "$go_version" | sort -V | head -n1)" != "$GO_MIN" ]]; then
+  say "needs Go >= $GO_MIN to build Kubernetes $KUBE_VERSION, found go$go_version; the embedded cluster (the default) is what runs" >&2
+  exit 3
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-kube-build.XXXXXX")"
+cleanup() { rm -rf "$WORK"; }
+trap cleanup EXIT
+
+started=$SECONDS
+elapsed() { printf '%dm%02ds' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
+
+export GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath"
+export GOTOOLCHAIN=local
+export CGO_ENABLED=0
+
+# build_one MODULE_DIR PACKAGE OUTPUT [LDFLAGS]: go build with a progress line every 200
+# packages compiled, out of the package's dependency count.
+build_one() {
+  local dir=$1 pkg=$2 out=$3 ldflags=${4:-}
+  local total done_=0 line
+  total="$(cd "$dir" && go list -deps -f '{{if .Stale}}x{{end}}' "$pkg" | grep -c x || true)"
+  say "[$(elapsed)] compiling $(basename "$out"): $total packages"
+  (cd "$dir" && go build -v -ldflags "$ldflags" -o "$out" "$pkg" 2>&1) | while IFS= read -r line; do
+    case "$line" in
+      *.go:[0-9]*) printf '%s\n' "$line" >&2 ;;
+      *)
+        done_=$((done_ + 1))
+        if ((done_ % 200 == 0)); then
+          say "[$(elapsed)] $(basename "$out"): $done_/$total packages compiled"
+        fi
+        ;;
+    esac
+  done
+  [[ -x "$out" ]] || { say "building $pkg failed (see the lines above)" >&2; exit 1; }
+  say "[$(elapsed)] built $(basename "$out")"
+}
+
+say "building Kubernetes $KUBE_VERSION and etcd $ETCD_VERSION with go$go_version into $DEST"
+
+# --- kube-apiserver and kube-controller-manager -------------------------------------------
+KMOD="$WORK/kube"
+mkdir -p "$KMOD"
+say "[$(elapsed)] fetching the replace block of k8s.io/kubernetes@$KUBE_VERSION"
+gomod="$(cd "$KMOD" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
+[[ -f "$gomod" ]] || { say "could not download k8s.io/kubernetes@$KUBE_VERSION's go.mod" >&2; exit 1; }
+mapfile -t staging < <(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
+((${#staging[@]} > 0)) || { say "no staging modules found in $gomod" >&2; exit 1; }
+{
+  echo "module ome.local/kube-binaries"
+  echo
+  echo "go $GO_MIN"
+  echo
+  echo "require k8s.io/kubernetes $KUBE_VERSION"
+  echo
+  echo "replace ("
+  for m in "${staging[@]}"; do
+    echo "	$m => $m $STAGING_VERSION"
+  done
+  echo ")"
+} >"$KMOD/go.mod"
+cat >"$KMOD/tools.go" <<'EOF'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
+EOF
+say "[$(elapsed)] resolving ${#staging[@]} staging modules at $STAGING_VERSION (go mod tidy)"
+(cd "$KMOD" && go mod tidy)
+
+minor="${KUBE_VERSION#v1.}"
+minor="${minor%%.*}"
+kube_ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+  kube_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+mkdir -p "$WORK/bin"
+build_one "$KMOD" k8s.io/kubernetes/cmd/kube-apiserver "$WORK/bin/kube-apiserver" "$kube_ldflags"
+build_one "$KMOD" k8s.io/kubernetes/cmd/kube-controller-manager "$WORK/bin/kube-controller-manager" "$kube_ldflags"
+
+# --- etcd ---------------------------------------------------------------------------------
+EMOD="$WORK/etcd"
+mkdir -p "$EMOD"
+cat >"$EMOD/go.mod" <<EOF
+module ome.local/etcd
+
+go $GO_MIN
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+EOF
+cat >"$EMOD/main.go" <<'EOF'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+EOF
+say "[$(elapsed)] resolving go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+(cd "$EMOD" && go mod tidy)
+build_one "$EMOD" . "$WORK/bin/etcd" "-s -w"
+
+# --- install ------------------------------------------------------------------------------
+{
+  echo "kubernetes $KUBE_VERSION"
+  echo "staging $STAGING_VERSION"
+  echo "etcd $ETCD_VERSION"
+  echo "go go$go_version"
+} >"$WORK/bin/VERSIONS"
+mkdir -p "$CACHE_ROOT"
+rm -rf "$DEST.partial"
+mv "$WORK/bin" "$DEST.partial"
+rm -rf "$DEST"
+mv "$DEST.partial" "$DEST"
+say "[$(elapsed)] done: $DEST"
+echo "$DEST"
