@@ -36,6 +36,19 @@ class Environment:
     home: Path
     metrics_url: str | None = None
 
+    @property
+    def manager_log(self) -> Path | None:
+        """The manager's log, where ``ome-sim run`` writes it (beside the kubeconfig), or
+        ``OME_E2E_MANAGER_LOG``; None when neither exists (a kind cluster: kubectl logs)."""
+        given = os.environ.get("OME_E2E_MANAGER_LOG")
+        path = Path(given) if given else self.kubeconfig.parent / "manager.log"
+        return path if path.is_file() else None
+
+    def enforces_rbac(self) -> bool:
+        """Whether the server authorizes by RBAC (kube-apiserver; not the embedded one)."""
+        probe = self.kubectl("get", "--raw", "/apis/rbac.authorization.k8s.io/v1", check=False)
+        return probe.returncode == 0
+
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "HOME": str(self.home)}
 

@@ -290,6 +290,14 @@ def test_slice_host_unavailable_for_a_host_cordoned_while_activating(slow: Shell
     )
     slow(WAIT)
     slow("kubectl delete inferenceservice qwen3-tpu -n qwen3-tpu")
+    # The replica and its Slices go after the service, by garbage collection and teardown: a
+    # real control plane takes a moment, and the next test must not find the old Slice.
+    eventually(lambda: no_slices_owned(slow), timeout=90)
+
+
+def no_slices_owned(shell: Shell) -> bool:
+    out = shell.run(OWNED, check=False)
+    return "No resources found" in out.stdout + out.stderr
 
 
 def test_slice_ready_timeout_for_a_slice_that_never_activates(slow: Shell) -> None:
