@@ -1,14 +1,23 @@
-"""Fixtures shared by every suite: an embedded cluster per test, and two independent clients
-(the official ``kubernetes`` Python client and the ``kubectl`` binary) pointed at it."""
+"""Fixtures shared by every suite: a cluster per test, and two independent clients (the
+official ``kubernetes`` Python client and the ``kubectl`` binary) pointed at it.
+
+By default the cluster is a fresh embedded API server per test. With
+``OME_CONFORMANCE_APISERVER=kube`` it is one real control plane for the session (etcd,
+kube-apiserver and kube-controller-manager, `ome.sim.controlplane.ControlPlane`), cleaned
+after every test; only the tests marked ``conformance`` run then, the others are skipped.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import ssl
 import subprocess
+import tempfile
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +26,53 @@ from kubernetes import client, config
 
 from ome.sim.apiserver import EmbeddedAPIServer, ServerThread
 
+#: ``OME_CONFORMANCE_APISERVER=kube`` runs the ``conformance`` tests on kube-apiserver.
+APISERVER = os.environ.get("OME_CONFORMANCE_APISERVER", "embedded")
+ON_KUBE = APISERVER == "kube"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "conformance: a check of the API server through its clients only; it runs on "
+        "kube-apiserver too (OME_CONFORMANCE_APISERVER=kube)",
+    )
+    if APISERVER not in ("embedded", "kube"):
+        raise pytest.UsageError(
+            f"OME_CONFORMANCE_APISERVER={APISERVER!r}: expected 'kube' or unset ('embedded')"
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not ON_KUBE:
+        return
+    skip = pytest.mark.skip(
+        reason="not a conformance check (it needs the embedded server's internals); "
+        "OME_CONFORMANCE_APISERVER=kube runs only the tests marked conformance"
+    )
+    for item in items:
+        if item.get_closest_marker("conformance") is None:
+            item.add_marker(skip)
+
 
 @dataclass
 class Cluster:
-    """A running embedded API server and how to reach it."""
+    """A running API server and how to reach it. ``server`` and ``thread`` are the embedded
+    server's; both are None on kube-apiserver (``OME_CONFORMANCE_APISERVER=kube``)."""
 
-    server: EmbeddedAPIServer
-    thread: ServerThread
+    server: EmbeddedAPIServer | None
+    thread: ServerThread | None
     kubeconfig: Path
     api: client.ApiClient
     home: Path
+    url: str = ""
+    #: How to reach ``url`` with the admin's client certificate (kube-apiserver only).
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
 
     @property
-    def url(self) -> str:
-        return self.server.url
+    def kube(self) -> bool:
+        """Whether this is the real kube-apiserver."""
+        return self.server is None
 
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
@@ -40,6 +82,14 @@ class Cluster:
 
     def ext(self) -> client.ApiextensionsV1Api:
         return client.ApiextensionsV1Api(self.api)
+
+    def urlopen(self, req: Any, timeout: float = 30) -> Any:
+        """``urllib.request.urlopen`` with the credentials the server needs."""
+        import urllib.request
+
+        if isinstance(req, str):
+            req = urllib.request.Request(self.url + req if req.startswith("/") else req)
+        return urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context)
 
     def request(
         self,
@@ -59,7 +109,7 @@ class Cluster:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with self.urlopen(req, timeout=30) as resp:
                 text = resp.read()
                 return resp.status, _maybe_json(text), dict(resp.headers)
         except urllib.error.HTTPError as e:
@@ -73,21 +123,215 @@ def _maybe_json(text: bytes) -> Any:
         return text.decode()
 
 
+def _api_client(kubeconfig: Path) -> client.ApiClient:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    home = tmp_path / "home"
+    home.mkdir()
+    if ON_KUBE:
+        kube: _KubeCluster = request.getfixturevalue("_kube_control_plane")
+        api = _api_client(kube.kubeconfig)
+        try:
+            yield Cluster(
+                None, None, kube.kubeconfig, api, home, url=kube.url, ssl_context=kube.context
+            )
+        finally:
+            api.close()
+            kube.clean()
+        return
     thread = ServerThread(bookmark_interval=0.5)
     server = thread.start()
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-    api = client.ApiClient(cfg)
-    home = tmp_path / "home"
-    home.mkdir()
+    api = _api_client(kubeconfig)
     try:
-        yield Cluster(server, thread, kubeconfig, api, home)
+        yield Cluster(server, thread, kubeconfig, api, home, url=server.url)
     finally:
         api.close()
         thread.stop()
+
+
+# --- the real control plane (OME_CONFORMANCE_APISERVER=kube) -------------------------------
+
+#: Namespaces kube-apiserver makes and keeps; every other one is a test's.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
+#: What the control plane itself keeps in ``default``: (resource, name).
+SYSTEM_OBJECTS = frozenset(
+    {
+        ("configmaps", "kube-root-ca.crt"),
+        ("services", "kubernetes"),
+        ("serviceaccounts", "default"),
+        ("endpoints", "kubernetes"),
+        ("endpointslices", "kubernetes"),
+    }
+)
+#: Namespaced kinds a test may leave in ``default``: (group/version path, resource).
+DEFAULT_KINDS = (
+    ("/api/v1", "pods"),
+    ("/api/v1", "configmaps"),
+    ("/api/v1", "secrets"),
+    ("/api/v1", "services"),
+    ("/api/v1", "events"),
+    ("/api/v1", "serviceaccounts"),
+    ("/apis/coordination.k8s.io/v1", "leases"),
+    ("/apis/apps/v1", "controllerrevisions"),
+    ("/apis/apps/v1", "replicasets"),
+    ("/apis/apps/v1", "deployments"),
+)
+#: Cluster-scoped kinds a test may make (the control plane makes none of them).
+CLUSTER_KINDS = (
+    ("/api/v1", "nodes"),
+    ("/apis/admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"),
+    ("/apis/admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"),
+    ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions"),
+)
+
+
+@dataclass
+class _KubeCluster:
+    """The session's control plane, and how to put it back as it started."""
+
+    url: str
+    kubeconfig: Path
+    context: ssl.SSLContext
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        import urllib.error
+        import urllib.request
+
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        content = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        req.add_header("Content-Type", content)
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self.context) as resp:
+                return resp.status, _maybe_json(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, _maybe_json(e.read())
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        code, body = self.call("GET", path)
+        if code != 200 or not isinstance(body, dict):
+            return []
+        return list(body.get("items") or [])
+
+    def _remove(self, path: str, obj: dict[str, Any]) -> None:
+        """Drop the object's finalizers, then delete it now (grace period 0)."""
+        if obj["metadata"].get("finalizers"):
+            self.call("PATCH", path, {"metadata": {"finalizers": None}})
+        self.call("DELETE", path + "?gracePeriodSeconds=0&propagationPolicy=Background")
+
+    def _custom_resources(self) -> list[tuple[str, bool]]:
+        """(collection path, namespaced) of every served custom resource."""
+        out = []
+        for crd in self.items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions"):
+            spec = crd["spec"]
+            namespaced = spec.get("scope") == "Namespaced"
+            for v in spec.get("versions") or []:
+                if v.get("served"):
+                    out.append(
+                        (f"/apis/{spec['group']}/{v['name']}/{spec['names']['plural']}", namespaced)
+                    )
+                    break
+        return out
+
+    def clean(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        namespaces = [
+            n["metadata"]["name"]
+            for n in self.items("/api/v1/namespaces")
+            if n["metadata"]["name"] not in SYSTEM_NAMESPACES
+        ]
+        # Custom resources first: their finalizers would hold their CRD and namespace.
+        for collection, namespaced in self._custom_resources():
+            for obj in self.items(collection):
+                md = obj["metadata"]
+                if namespaced:
+                    prefix, _, plural = collection.rpartition("/")
+                    path = f"{prefix}/namespaces/{md['namespace']}/{plural}/{md['name']}"
+                else:
+                    path = f"{collection}/{md['name']}"
+                self._remove(path, obj)
+        for ns in ["default", *namespaces]:
+            for prefix, resource in DEFAULT_KINDS:
+                for obj in self.items(f"{prefix}/namespaces/{ns}/{resource}"):
+                    name = obj["metadata"]["name"]
+                    if ns == "default" and (resource, name) in SYSTEM_OBJECTS:
+                        continue
+                    if ns != "default" and not obj["metadata"].get("finalizers"):
+                        continue  # the namespace's deletion takes it
+                    self._remove(f"{prefix}/namespaces/{ns}/{resource}/{name}", obj)
+        for ns in namespaces:
+            self.call("DELETE", f"/api/v1/namespaces/{ns}")
+        for prefix, resource in CLUSTER_KINDS:
+            for obj in self.items(f"{prefix}/{resource}"):
+                self._remove(f"{prefix}/{resource}/{obj['metadata']['name']}", obj)
+        # Wait until it is all gone, so that the next test starts clean.
+        while True:
+            left = [
+                f"namespace {n['metadata']['name']}"
+                for n in self.items("/api/v1/namespaces")
+                if n["metadata"]["name"] not in SYSTEM_NAMESPACES
+            ]
+            left += [
+                f"{resource} {o['metadata']['name']}"
+                for prefix, resource in CLUSTER_KINDS
+                for o in self.items(f"{prefix}/{resource}")
+            ]
+            left += [
+                f"{resource} default/{o['metadata']['name']}"
+                for prefix, resource in DEFAULT_KINDS
+                for o in self.items(f"{prefix}/namespaces/default/{resource}")
+                if (resource, o["metadata"]["name"]) not in SYSTEM_OBJECTS
+            ]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kube-apiserver not clean after the test: {left}")
+            # Something a controller or the test's own finalizer added since: again.
+            for collection, namespaced in self._custom_resources():
+                for obj in self.items(collection):
+                    if obj["metadata"].get("finalizers"):
+                        md = obj["metadata"]
+                        prefix, _, plural = collection.rpartition("/")
+                        path = (
+                            f"{prefix}/namespaces/{md['namespace']}/{plural}/{md['name']}"
+                            if namespaced
+                            else f"{collection}/{md['name']}"
+                        )
+                        self.call("PATCH", path, {"metadata": {"finalizers": None}})
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def _kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_KubeCluster]:
+    from ome.sim.controlplane import ControlPlane, binaries_dir, missing_binaries
+
+    missing = missing_binaries(binaries_dir())
+    if missing:
+        pytest.fail(
+            f"OME_CONFORMANCE_APISERVER=kube: {', '.join(missing)} not built in "
+            f"{binaries_dir()}: run hack/kube-binaries.sh"
+        )
+    root = tmp_path_factory.mktemp("kube")
+    cp = ControlPlane(log_dir=root / "logs")
+    cp.start()
+    try:
+        kubeconfig = cp.write_kubeconfig(root / "kubeconfig")
+        assert cp.ca is not None and cp.admin is not None
+        context = ssl.create_default_context(cadata=cp.ca.pem.cert.decode())
+        with tempfile.NamedTemporaryFile(dir=root, suffix=".pem", delete=False) as f:
+            f.write(cp.admin.cert + cp.admin.key)
+        context.load_cert_chain(f.name)
+        kube = _KubeCluster(cp.url, kubeconfig, context)
+        kube.clean()
+        yield kube
+    finally:
+        cp.stop()
 
 
 @dataclass

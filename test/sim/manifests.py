@@ -149,3 +149,35 @@ def configmap(name: str, namespace: str = "default", **meta: Any) -> JSON:
         "metadata": {"name": name, "namespace": namespace, **meta},
         "data": {"k": "v"},
     }
+
+
+def served(cluster: Any, crd: JSON, timeout: float = 30.0) -> None:
+    """Wait until ``crd`` is Established and its resource answers a list. The embedded
+    server serves a CRD as it is created; kube-apiserver's establishing controller and CRD
+    handler take a few hundred milliseconds, and until then the resource is a 404."""
+    import time
+
+    spec = crd["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("served"))
+    path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body, _ = cluster.request(
+            "GET",
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}",
+        )
+        conditions = (body.get("status") or {}).get("conditions") or [] if status == 200 else []
+        established = any(
+            c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+        )
+        if established and cluster.request("GET", path)[0] == 200:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{crd['metadata']['name']} not served in {timeout}s")
+        time.sleep(0.05)
+
+
+def install(cluster: Any, crd: JSON) -> None:
+    """Create ``crd`` through the official client and wait until it is served."""
+    cluster.ext().create_custom_resource_definition(crd)
+    served(cluster, crd)

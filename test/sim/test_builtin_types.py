@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kubernetes import client
 
 from test.conftest import Cluster, Kubectl
-from test.sim.manifests import WIDGET_CRD, pod, widget
+from test.sim.manifests import WIDGET_CRD, pod, served, widget
 
 
+@pytest.mark.conformance
 def test_leases_and_controller_revisions(cluster: Cluster) -> None:
     leases = client.CoordinationV1Api(cluster.api)
     lease = leases.create_namespaced_lease(
@@ -22,7 +24,9 @@ def test_leases_and_controller_revisions(cluster: Cluster) -> None:
             "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40},
         },
     )
-    lease.spec.renew_time = "2026-11-30T00:00:00.000000Z"
+    # A MicroTime: the client writes a datetime in isoformat, which has microseconds only
+    # when they are not zero, and kube-apiserver accepts only six digits.
+    lease.spec.renew_time = "2026-11-30T00:00:00.123456Z"
     renewed = leases.replace_namespaced_lease("node-a", "kube-node-lease", lease)
     assert int(renewed.metadata.resource_version) > int(lease.metadata.resource_version)
     apps = client.AppsV1Api(cluster.api)
@@ -39,6 +43,7 @@ def test_leases_and_controller_revisions(cluster: Cluster) -> None:
     assert [r.revision for r in apps.list_namespaced_controller_revision("default").items] == [1]
 
 
+@pytest.mark.conformance
 def test_node_status_is_written_through_its_subresource(cluster: Cluster) -> None:
     core = cluster.core()
     cluster.request(
@@ -62,6 +67,7 @@ def test_node_status_is_written_through_its_subresource(cluster: Cluster) -> Non
     assert [n.metadata.name for n in listed.items] == ["n1"]
 
 
+@pytest.mark.conformance
 def test_events_by_involved_object_and_reason(cluster: Cluster) -> None:
     core = cluster.core()
     for name, reason, obj in (
@@ -89,6 +95,7 @@ def test_events_by_involved_object_and_reason(cluster: Cluster) -> None:
     assert [e.metadata.name for e in both.items] == ["e1"]
 
 
+@pytest.mark.conformance
 def test_services_get_a_cluster_ip_and_defaults(cluster: Cluster, kubectl: Kubectl) -> None:
     kubectl("create", "service", "clusterip", "web", "--tcp=80:8080")
     svc = cluster.core().read_namespaced_service("web", "default")
@@ -96,6 +103,7 @@ def test_services_get_a_cluster_ip_and_defaults(cluster: Cluster, kubectl: Kubec
     assert svc.spec.ports[0].port == 80 and svc.spec.ports[0].target_port == 8080
 
 
+@pytest.mark.conformance
 def test_kubectl_label_annotate_and_patch(cluster: Cluster, kubectl: Kubectl) -> None:
     core = cluster.core()
     core.create_namespaced_pod("default", pod("p", labels={"app": "x"}))
@@ -106,6 +114,7 @@ def test_kubectl_label_annotate_and_patch(cluster: Cluster, kubectl: Kubectl) ->
     assert got.metadata.labels == {"tier": "web"}
     assert got.metadata.annotations == {"example.com/note": "hello"}
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     kubectl("apply", "-f", "-", input=json.dumps(widget("w")))
     kubectl("patch", "widget", "w", "--type=merge", "-p", '{"spec":{"size":"large"}}')
     kubectl(
@@ -129,6 +138,7 @@ def test_kubectl_label_annotate_and_patch(cluster: Cluster, kubectl: Kubectl) ->
     )
 
 
+@pytest.mark.conformance
 def test_kubectl_create_configmap_and_secret_through_protobuf(
     cluster: Cluster, kubectl: Kubectl
 ) -> None:

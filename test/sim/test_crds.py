@@ -10,14 +10,15 @@ from kubernetes.client.exceptions import ApiException
 
 from test.conftest import Cluster, Kubectl
 from test.helpers import eventually, gone
-from test.sim.manifests import GADGET_CRD, WIDGET_CRD, widget
+from test.sim.manifests import GADGET_CRD, WIDGET_CRD, install, served, widget
 
 
-def test_namespaced_and_cluster_scoped_crds_are_served_right_after_creation(
+@pytest.mark.conformance
+def test_namespaced_and_cluster_scoped_crds_are_served_once_established(
     cluster: Cluster,
 ) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
-    cluster.ext().create_custom_resource_definition(GADGET_CRD)
+    install(cluster, WIDGET_CRD)
+    install(cluster, GADGET_CRD)
     custom = cluster.custom()
     made = custom.create_namespaced_custom_object(
         "example.com", "v1", "default", "widgets", widget("w")
@@ -41,8 +42,9 @@ def test_namespaced_and_cluster_scoped_crds_are_served_right_after_creation(
     ]
 
 
+@pytest.mark.conformance
 def test_unknown_fields_are_pruned(cluster: Cluster) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     body = widget("w")
     body["spec"]["colour"] = "red"
     body["unexpected"] = True
@@ -53,8 +55,9 @@ def test_unknown_fields_are_pruned(cluster: Cluster) -> None:
     assert made["spec"]["replicas"] == 1, "schema defaults are applied"
 
 
+@pytest.mark.conformance
 def test_strict_field_validation_rejects_unknown_fields(cluster: Cluster) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     body = widget("w")
     body["spec"]["colour"] = "red"
     status, reply, _ = cluster.request(
@@ -64,6 +67,7 @@ def test_strict_field_validation_rejects_unknown_fields(cluster: Cluster) -> Non
     assert 'unknown field "spec.colour"' in reply["message"]
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -80,7 +84,7 @@ def test_strict_field_validation_rejects_unknown_fields(cluster: Cluster) -> Non
     ],
 )
 def test_schema_violations_are_422_invalid(cluster: Cluster, spec: dict, message: str) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     body = widget("w")
     body["spec"] = spec
     with pytest.raises(ApiException) as e:
@@ -95,24 +99,26 @@ def test_schema_violations_are_422_invalid(cluster: Cluster, spec: dict, message
     assert status["details"]["causes"]
 
 
+@pytest.mark.conformance
 def test_deleting_a_crd_deletes_its_objects_and_stops_serving_it(cluster: Cluster) -> None:
     ext, custom = cluster.ext(), cluster.custom()
-    ext.create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     custom.create_namespaced_custom_object("example.com", "v1", "default", "widgets", widget("w"))
     ext.delete_custom_resource_definition("widgets.example.com")
     eventually(lambda: gone(lambda: ext.read_custom_resource_definition("widgets.example.com")))
     status, _, _ = cluster.request("GET", "/apis/example.com/v1/namespaces/default/widgets")
     assert status == 404
     # Recreated, it starts empty.
-    ext.create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     assert (
         custom.list_namespaced_custom_object("example.com", "v1", "default", "widgets")["items"]
         == []
     )
 
 
+@pytest.mark.conformance
 def test_scale_subresource(cluster: Cluster, kubectl: Kubectl) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     custom = cluster.custom()
     custom.create_namespaced_custom_object(
         "example.com", "v1", "default", "widgets", widget("w", replicas=2)
@@ -126,8 +132,10 @@ def test_scale_subresource(cluster: Cluster, kubectl: Kubectl) -> None:
     assert obj["spec"]["replicas"] == 5 and obj["metadata"]["generation"] == 2
 
 
+@pytest.mark.conformance
 def test_kubectl_get_shows_printer_columns(cluster: Cluster, kubectl: Kubectl) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     kubectl("apply", "-f", "-", input=json.dumps(widget("w", replicas=3)))
     cluster.custom().patch_namespaced_custom_object_status(
         "example.com",
@@ -143,7 +151,8 @@ def test_kubectl_get_shows_printer_columns(cluster: Cluster, kubectl: Kubectl) -
     assert kubectl("get", "wd", "w", "-o", "name").stdout.strip() == "widget.example.com/w"
 
 
+@pytest.mark.conformance
 def test_kubectl_explain_reads_the_crd_schema(cluster: Cluster, kubectl: Kubectl) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     out = kubectl("explain", "widgets.spec").stdout
     assert "size" in out and "replicas" in out

@@ -6,8 +6,10 @@ import json
 import subprocess
 import threading
 
+import pytest
+
 from test.conftest import Cluster, Kubectl
-from test.sim.manifests import WIDGET_CRD, pod, widget
+from test.sim.manifests import WIDGET_CRD, pod, served, widget
 
 
 def _event(name: str, reason: str, obj: str, message: str) -> dict:
@@ -31,8 +33,10 @@ def _event(name: str, reason: str, obj: str, message: str) -> dict:
     }
 
 
+@pytest.mark.conformance
 def test_apply_creates_then_updates(kubectl: Kubectl, cluster: Cluster) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     out = kubectl("apply", "-f", "-", input=json.dumps(widget("w", replicas=1)))
     assert "widget.example.com/w created" in out.stdout
     out = kubectl("apply", "-f", "-", input=json.dumps(widget("w", replicas=2)))
@@ -46,6 +50,7 @@ def test_apply_creates_then_updates(kubectl: Kubectl, cluster: Cluster) -> None:
     assert "widget.example.com/w unchanged" in out.stdout
 
 
+@pytest.mark.conformance
 def test_apply_of_a_builtin_type_and_reapply(kubectl: Kubectl, cluster: Cluster) -> None:
     body = pod("p", labels={"app": "x"})
     assert "pod/p created" in kubectl("apply", "-f", "-", input=json.dumps(body)).stdout
@@ -57,8 +62,10 @@ def test_apply_of_a_builtin_type_and_reapply(kubectl: Kubectl, cluster: Cluster)
     }
 
 
-def test_apply_rejects_unknown_fields_like_kube(kubectl: Kubectl) -> None:
+@pytest.mark.conformance
+def test_apply_rejects_unknown_fields_like_kube(kubectl: Kubectl, cluster: Cluster) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     body = widget("w")
     body["spec"]["colour"] = "red"
     out = kubectl("apply", "-f", "-", input=json.dumps(body), check=False)
@@ -66,10 +73,12 @@ def test_apply_rejects_unknown_fields_like_kube(kubectl: Kubectl) -> None:
     assert 'unknown field "spec.colour"' in out.stderr
 
 
+@pytest.mark.conformance
 def test_get_crd_and_custom_columns_with_a_jsonpath_filter(
     kubectl: Kubectl, cluster: Cluster
 ) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     assert "widgets.example.com" in kubectl("get", "crd").stdout
     kubectl("apply", "-f", "-", input=json.dumps(widget("w")))
     cluster.custom().patch_namespaced_custom_object_status(
@@ -97,8 +106,10 @@ def test_get_crd_and_custom_columns_with_a_jsonpath_filter(
     assert out[1].split() == ["w", "ACTIVE"]
 
 
+@pytest.mark.conformance
 def test_wait_for_condition_ready(kubectl: Kubectl, cluster: Cluster) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     kubectl("apply", "-f", "-", input=json.dumps(widget("w")))
     started = threading.Event()
     result: dict[str, subprocess.CompletedProcess[str] | object] = {}
@@ -128,8 +139,10 @@ def test_wait_for_condition_ready(kubectl: Kubectl, cluster: Cluster) -> None:
     assert "widget.example.com/w condition met" in out.stdout  # type: ignore[attr-defined]
 
 
+@pytest.mark.conformance
 def test_describe_shows_the_object_and_its_events(kubectl: Kubectl, cluster: Cluster) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     kubectl("apply", "-f", "-", input=json.dumps(widget("w")))
     uid = cluster.custom().get_namespaced_custom_object(
         "example.com", "v1", "default", "widgets", "w"
@@ -142,6 +155,7 @@ def test_describe_shows_the_object_and_its_events(kubectl: Kubectl, cluster: Clu
     assert "SliceReadyTimeout" in out and "slice not ready in time" in out
 
 
+@pytest.mark.conformance
 def test_get_events_by_reason(kubectl: Kubectl, cluster: Cluster) -> None:
     core = cluster.core()
     core.create_namespaced_event("default", _event("e1", "SliceLost", "w", "lost it"))
@@ -152,6 +166,7 @@ def test_get_events_by_reason(kubectl: Kubectl, cluster: Cluster) -> None:
     assert header[:4] == ["LAST", "SEEN", "TYPE", "REASON"]
 
 
+@pytest.mark.conformance
 def test_get_pods_with_label_selectors(kubectl: Kubectl, cluster: Cluster) -> None:
     core = cluster.core()
     core.create_namespaced_pod("default", pod("a", labels={"env": "prod", "tier": "web"}))
@@ -178,6 +193,7 @@ def test_get_pods_with_label_selectors(kubectl: Kubectl, cluster: Cluster) -> No
     assert table[1].split()[:3] == ["a", "0/1", "Pending"]
 
 
+@pytest.mark.conformance
 def test_field_selector_on_node_name(kubectl: Kubectl, cluster: Cluster) -> None:
     core = cluster.core()
     core.create_namespaced_pod("default", pod("on-n1", node_name="n1"))
@@ -190,9 +206,11 @@ def test_field_selector_on_node_name(kubectl: Kubectl, cluster: Cluster) -> None
     assert [p.metadata.name for p in api.items] == ["on-n2"]
 
 
+@pytest.mark.conformance
 def test_delete_and_create_namespace(kubectl: Kubectl, cluster: Cluster) -> None:
     assert "namespace/team-a created" in kubectl("create", "namespace", "team-a").stdout
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     kubectl("apply", "-n", "team-a", "-f", "-", input=json.dumps(widget("w", namespace="team-a")))
     out = kubectl("delete", "-n", "team-a", "widget", "w")
     assert 'widget.example.com "w" deleted' in out.stdout
@@ -201,6 +219,7 @@ def test_delete_and_create_namespace(kubectl: Kubectl, cluster: Cluster) -> None
     assert "team-a" not in kubectl("get", "namespaces").stdout
 
 
+@pytest.mark.conformance
 def test_get_nodes_table(kubectl: Kubectl, cluster: Cluster) -> None:
     cluster.request(
         "POST",
@@ -220,8 +239,10 @@ def test_get_nodes_table(kubectl: Kubectl, cluster: Cluster) -> None:
     assert out[1].split()[:3] == ["tpu-0", "Ready", "worker"]
 
 
-def test_api_resources_lists_builtins_and_crds(kubectl: Kubectl) -> None:
+@pytest.mark.conformance
+def test_api_resources_lists_builtins_and_crds(kubectl: Kubectl, cluster: Cluster) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(WIDGET_CRD))
+    served(cluster, WIDGET_CRD)
     out = kubectl("api-resources").stdout
     for name in (
         "pods",

@@ -13,6 +13,7 @@ import yaml
 
 from ome.api import crdgen, v1beta1
 from test.conftest import Cluster, Kubectl
+from test.sim.manifests import served
 
 pytestmark = pytest.mark.kubectl
 
@@ -55,8 +56,11 @@ spec:
 """
 
 
-def _install(kubectl: Kubectl) -> str:
-    return kubectl("apply", "-f", f"{CONFIG}/").stdout
+def _install(kubectl: Kubectl, cluster: Cluster) -> str:
+    out = kubectl("apply", "-f", f"{CONFIG}/").stdout
+    for kind in v1beta1.KINDS:
+        served(cluster, crdgen.crd(kind))
+    return out
 
 
 def _replica(name: str = "qwen3-tpu-engine", replicas: int = 1) -> JSON:
@@ -93,16 +97,21 @@ def _replica(name: str = "qwen3-tpu-engine", replicas: int = 1) -> JSON:
     }
 
 
+@pytest.mark.conformance
 def test_kubectl_apply_installs_all_six_crds(cluster: Cluster, kubectl: Kubectl) -> None:
-    out = _install(kubectl)
+    out = _install(kubectl, cluster)
     names = sorted(kind.crd_name for kind in v1beta1.KINDS)
     for name in names:
         assert f"customresourcedefinition.apiextensions.k8s.io/{name} created" in out
     listed = kubectl("get", "crd", "-o", "name").stdout.split()
     assert sorted(n.split("/", 1)[1] for n in listed if n.endswith(".ome.io")) == names
     # The kustomization installs the same six.
-    again = kubectl("apply", "-k", f"{CONFIG}/").stdout
-    assert again.count(" unchanged") == 6
+    again = kubectl("apply", "-k", f"{CONFIG}/").stdout.splitlines()
+    assert sorted(line.split()[0].split("/", 1)[1] for line in again) == names
+    # kube-apiserver stores a CRD as Go structs, which drop the generated
+    # ``x-kubernetes-embedded-resource: false`` of inferencereplicas: kubectl then finds the
+    # stored object different from the file and says "configured" (the embedded server too).
+    assert all(line.endswith((" unchanged", " configured")) for line in again), again
     status, body, _ = cluster.request("GET", "/apis/ome.io/v1beta1")
     assert status == 200
     served = {r["name"] for r in body["resources"]}
@@ -119,8 +128,9 @@ def test_the_files_are_what_the_generator_builds() -> None:
         assert yaml.safe_load(text) == crdgen.crd(kind)
 
 
+@pytest.mark.conformance
 def test_kubectl_explain_prints_descriptions(cluster: Cluster, kubectl: Kubectl) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     out = kubectl("explain", "inferencereplica.spec.runners").stdout
     assert "The pods of an Instance" in out
     for field in ("name", "size", "template"):
@@ -134,8 +144,9 @@ def test_kubectl_explain_prints_descriptions(cluster: Cluster, kubectl: Kubectl)
     assert "null while parked" in out
 
 
+@pytest.mark.conformance
 def test_the_guides_inference_service_applies_strictly(cluster: Cluster, kubectl: Kubectl) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     kubectl("create", "namespace", "qwen3-tpu")
     out = kubectl("apply", "-f", "-", input=GUIDE_ISVC).stdout
     assert out.strip() == "inferenceservice.ome.io/qwen3-tpu created"
@@ -154,8 +165,9 @@ def test_the_guides_inference_service_applies_strictly(cluster: Cluster, kubectl
     assert lines[0].split() == ["NAME", "READY", "REASON", "AGE"]
 
 
+@pytest.mark.conformance
 def test_inference_replica_columns(cluster: Cluster, kubectl: Kubectl) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     custom = cluster.custom()
     custom.create_namespaced_custom_object(
         "ome.io", "v1beta1", "default", "inferencereplicas", _replica()
@@ -181,10 +193,11 @@ def test_inference_replica_columns(cluster: Cluster, kubectl: Kubectl) -> None:
     assert out[1].split()[:6] == ["qwen3-tpu-engine", "engine", "1", "1", "0", "0"]
 
 
+@pytest.mark.conformance
 def test_kubectl_scale_goes_through_the_scale_subresource(
     cluster: Cluster, kubectl: Kubectl
 ) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     custom = cluster.custom()
     custom.create_namespaced_custom_object(
         "ome.io", "v1beta1", "default", "inferencereplicas", _replica("x")
@@ -211,8 +224,9 @@ def test_kubectl_scale_goes_through_the_scale_subresource(
     assert scale["status"] == {"replicas": 1, "selector": selector}
 
 
+@pytest.mark.conformance
 def test_scale_below_zero_is_refused(cluster: Cluster, kubectl: Kubectl) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     body = _replica("neg", replicas=-1)
     result = kubectl("apply", "-f", "-", input=json.dumps(body), check=False)
     assert result.returncode != 0 and "spec.replicas" in result.stderr
@@ -222,8 +236,9 @@ def test_scale_below_zero_is_refused(cluster: Cluster, kubectl: Kubectl) -> None
     assert result.returncode != 0 and "spec.runners" in result.stderr
 
 
+@pytest.mark.conformance
 def test_unknown_runner_container_fields_are_preserved(cluster: Cluster, kubectl: Kubectl) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     probe = {"httpGet": {"path": "/health", "port": 8080}, "periodSeconds": 5}
     runner = {
         "name": "ome-container",
@@ -266,7 +281,8 @@ def test_unknown_runner_container_fields_are_preserved(cluster: Cluster, kubectl
         "ome.io", "v1beta1", "clusterservingruntimes", "srt-qwen3-tpu"
     )
     assert stored["spec"] == runtime["spec"]
-    out = kubectl("get", "csr").stdout.splitlines()
+    # Not the short name: on kube-apiserver "csr" is certificatesigningrequests.
+    out = kubectl("get", "clusterservingruntimes").stdout.splitlines()
     assert out[0].split() == ["NAME", "DISABLED", "AGE"]
 
     kubectl("apply", "-f", "-", input=json.dumps(_replica("r")))
@@ -276,8 +292,9 @@ def test_unknown_runner_container_fields_are_preserved(cluster: Cluster, kubectl
     assert stored["spec"] == _replica("r")["spec"]
 
 
+@pytest.mark.conformance
 def test_instance_status_rows_accept_nulls(cluster: Cluster, kubectl: Kubectl) -> None:
-    _install(kubectl)
+    _install(kubectl, cluster)
     custom = cluster.custom()
     custom.create_namespaced_custom_object(
         "ome.io", "v1beta1", "default", "inferencereplicas", _replica("r")
@@ -321,14 +338,25 @@ def test_instance_status_rows_accept_nulls(cluster: Cluster, kubectl: Kubectl) -
         "conditions": [{"type": "Ready", "status": "False", "reason": "CapacityProvisioning"}],
         "instanceStatuses": [row],
     }
-    got = custom.patch_namespaced_custom_object_status(
-        "ome.io", "v1beta1", "default", "inferencereplicas", "r", {"status": status}
-    )
-    assert got["status"]["instanceStatuses"] == [row]
+
+    def put(status: JSON) -> JSON:
+        current = custom.get_namespaced_custom_object(
+            "ome.io", "v1beta1", "default", "inferencereplicas", "r"
+        )
+        got: JSON = custom.replace_namespaced_custom_object_status(
+            "ome.io", "v1beta1", "default", "inferencereplicas", "r", current | {"status": status}
+        )
+        return got
+
+    # An update keeps the nulls of nullable fields.
+    assert put(status)["status"]["instanceStatuses"] == [row]
     row["operation"] = None
     row["lastFailure"] = None
     row["readySince"] = "2025-01-01T00:05:00Z"
+    assert put(status)["status"]["instanceStatuses"] == [row]
+    # A merge patch prunes them (the nulls of a value that replaces a list, too): JSON merge
+    # patch as kube-apiserver runs it (evanphx/json-patch) drops every null it adds.
     got = custom.patch_namespaced_custom_object_status(
         "ome.io", "v1beta1", "default", "inferencereplicas", "r", {"status": status}
     )
-    assert got["status"]["instanceStatuses"] == [row]
+    assert got["status"]["instanceStatuses"] == [{k: v for k, v in row.items() if v is not None}]

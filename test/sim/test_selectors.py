@@ -92,10 +92,10 @@ def test_empty_label_selector_is_empty() -> None:
         pytest.param("a in (x", "expected: ',' or ')'", id="unclosed parenthesis"),
         pytest.param("a in x", "expected: '('", id="in without parenthesis"),
         pytest.param("-a=b", 'key: Invalid value: "-a"', id="key starting with dash"),
-        pytest.param("a/b/c=d", "a qualified name must consist", id="two slashes in key"),
+        pytest.param("a/b/c=d", "a valid label key must consist", id="two slashes in key"),
         pytest.param("Bad_Prefix/a=b", "prefix part a lowercase RFC 1123", id="bad prefix"),
         pytest.param("a=b@c", 'Invalid value: "b@c": a valid label must', id="bad value"),
-        pytest.param("a=" + "x" * 64, "must be no more than 63 characters", id="long value"),
+        pytest.param("a=" + "x" * 64, "must be no more than 63 bytes", id="long value"),
         pytest.param("n>x", "the value must be an integer", id="gt non integer"),
     ],
 )

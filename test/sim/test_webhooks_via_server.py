@@ -10,7 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.runtime.certs import KeyPair
 from test.conftest import Cluster, Kubectl
-from test.sim.manifests import WIDGET_CRD, widget
+from test.sim.manifests import WIDGET_CRD, install, widget
 from test.sim.test_admission import WebhookServer, allow, config, deny, webhook
 
 
@@ -31,10 +31,11 @@ def _widget_hook(url: str, ca: KeyPair, **fields: object) -> dict:
     )
 
 
+@pytest.mark.conformance
 def test_a_webhook_denial_reaches_the_client_in_kube_wording(
     cluster: Cluster, kubectl: Kubectl, server: WebhookServer, ca: KeyPair
 ) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     server.responders["/deny"] = deny(
         {"message": "widgets of size large are not allowed", "code": 403}
     )
@@ -67,10 +68,11 @@ def test_a_webhook_denial_reaches_the_client_in_kube_wording(
     )
 
 
+@pytest.mark.conformance
 def test_an_allowing_webhook_lets_the_write_through_with_its_warnings(
     cluster: Cluster, kubectl: Kubectl, server: WebhookServer, ca: KeyPair
 ) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     server.responders["/allow"] = allow(["widgets are experimental"])
     url = f"https://127.0.0.1:{server.port}/allow"
     cluster.request(
@@ -83,10 +85,11 @@ def test_an_allowing_webhook_lets_the_write_through_with_its_warnings(
     assert "widgets are experimental" in out.stderr
 
 
+@pytest.mark.conformance
 def test_an_unreachable_webhook_fails_closed_or_open_by_failure_policy(
     cluster: Cluster, server: WebhookServer, ca: KeyPair
 ) -> None:
-    cluster.ext().create_custom_resource_definition(WIDGET_CRD)
+    install(cluster, WIDGET_CRD)
     dead = "https://127.0.0.1:1/never"
     status, _, _ = cluster.request(
         "POST",
@@ -114,6 +117,7 @@ def test_an_unreachable_webhook_fails_closed_or_open_by_failure_policy(
     assert made["metadata"]["name"] == "w"
 
 
+@pytest.mark.conformance
 def test_a_webhook_config_without_side_effects_is_invalid(cluster: Cluster, ca: KeyPair) -> None:
     hook = _widget_hook("https://127.0.0.1:1/x", ca)
     del hook["sideEffects"]

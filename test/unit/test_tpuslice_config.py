@@ -40,7 +40,7 @@ QN_REGEX = (
     "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
 )
 QN_EMPTY = "name part must be non-empty"
-QN_LONG = "name part must be no more than 63 characters"
+QN_LONG = "name part must be no more than 63 bytes"
 QN_PREFIX_EMPTY = "prefix part must be non-empty"
 QN_PREFIX_REGEX = (
     "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
@@ -48,9 +48,9 @@ QN_PREFIX_REGEX = (
     "'example.com', regex used for validation is "
     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
-QN_PREFIX_LONG = "prefix part must be no more than 253 characters"
+QN_PREFIX_LONG = "prefix part must be no more than 253 bytes"
 QN_SLASHES = (
-    "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start "
+    "a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start "
     "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
     "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS "
     "subdomain prefix and '/' (e.g. 'example.com/MyName')"
@@ -61,7 +61,7 @@ LV_REGEX = (
     "'my_value',  or '12345', regex used for validation is "
     "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
 )
-LV_LONG = "must be no more than 63 characters"
+LV_LONG = "must be no more than 63 bytes"
 
 GUIDE_VALUES_YAML = """\
 ome:

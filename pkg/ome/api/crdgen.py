@@ -294,8 +294,10 @@ def _decorate(schema: JSON, facts: Field, nullable: bool) -> JSON:
         out["nullable"] = True
     if facts.preserve_unknown:
         out["x-kubernetes-preserve-unknown-fields"] = True
-    if facts.embedded_resource is not None:
-        out["x-kubernetes-embedded-resource"] = facts.embedded_resource
+    if facts.embedded_resource:
+        # Only true is written: kube-apiserver stores no zero values in a CRD, so a false
+        # would make every re-apply of the CRD a change ("configured").
+        out["x-kubernetes-embedded-resource"] = True
     return out
 
 

@@ -1,4 +1,5 @@
-"""Kubernetes name rules (apimachinery ``util/validation``): qualified names and label values.
+"""Kubernetes name rules (apimachinery v0.37 ``util/validation`` and ``api/validate/content``,
+as kube-apiserver v1.37 applies them): qualified names (label keys) and label values.
 
 Pure: returns Kubernetes' own problem texts, word for word, and never raises or does I/O.
 """
@@ -6,6 +7,7 @@ Pure: returns Kubernetes' own problem texts, word for word, and never raises or 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # The formats below are apimachinery's constants, spelled as its messages print them.
 _QNAME_CHAR = "[A-Za-z0-9]"
@@ -49,7 +51,14 @@ def _empty_error() -> str:
 
 
 def _max_len_error(length: int) -> str:
+    """``validation.MaxLenError``, which object names (DNS subdomains) still use."""
     return f"must be no more than {length} characters"
+
+
+def _max_bytes_error(length: int) -> str:
+    """``content.MaxLenError`` (apimachinery v0.37), which label keys and values use, and
+    the DNS subdomain prefix of a label key."""
+    return f"must be no more than {length} bytes"
 
 
 def _regex_error(msg: str, fmt: str, *examples: str) -> str:
@@ -60,12 +69,15 @@ def _regex_error(msg: str, fmt: str, *examples: str) -> str:
     return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
 
 
-def dns1123_subdomain_problems(value: str) -> list[str]:
+def dns1123_subdomain_problems(
+    value: str, too_long: Callable[[int], str] = _max_len_error
+) -> list[str]:
     """``validation.IsDNS1123Subdomain``: empty when ``value`` is a lowercase RFC 1123
-    subdomain."""
+    subdomain. ``too_long`` words the length problem (``content.IsDNS1123Subdomain`` says
+    bytes)."""
     problems = []
     if _go_len(value) > _DNS1123_SUBDOMAIN_MAX:
-        problems.append(_max_len_error(_DNS1123_SUBDOMAIN_MAX))
+        problems.append(too_long(_DNS1123_SUBDOMAIN_MAX))
     if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
         problems.append(_regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
     return problems
@@ -83,17 +95,19 @@ def qualified_name_problems(value: str) -> list[str]:
         if not prefix:
             problems.append("prefix part " + _empty_error())
         else:
-            problems.extend("prefix part " + p for p in dns1123_subdomain_problems(prefix))
+            problems.extend(
+                "prefix part " + p for p in dns1123_subdomain_problems(prefix, _max_bytes_error)
+            )
     else:
         return [
-            "a qualified name "
+            "a valid label key "
             + _regex_error(_QUALIFIED_NAME_MSG, _QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
             + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
         ]
     if not name:
         problems.append("name part " + _empty_error())
     elif _go_len(name) > _QUALIFIED_NAME_MAX:
-        problems.append("name part " + _max_len_error(_QUALIFIED_NAME_MAX))
+        problems.append("name part " + _max_bytes_error(_QUALIFIED_NAME_MAX))
     if not _QUALIFIED_NAME_RE.fullmatch(name):
         problems.append(
             "name part "
@@ -107,7 +121,7 @@ def label_value_problems(value: str) -> list[str]:
     is one)."""
     problems = []
     if _go_len(value) > _LABEL_VALUE_MAX:
-        problems.append(_max_len_error(_LABEL_VALUE_MAX))
+        problems.append(_max_bytes_error(_LABEL_VALUE_MAX))
     if not _LABEL_VALUE_RE.fullmatch(value):
         problems.append(
             _regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345")

@@ -40,6 +40,7 @@ from .strategies import (
     default_webhooks,
     fold_string_data,
     has_spec_change,
+    omit_empty_crd_fields,
     prepare_for_create,
     validate_metadata,
     validate_name,
@@ -172,6 +173,15 @@ class APIServer:
             raise errors.bad_request(
                 f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
             )
+        for path in MICRO_TIMES.get(rt.key, ()):
+            value: Any = body
+            for part in path:
+                value = value.get(part) if isinstance(value, dict) else None
+            problem = micro_time_problem(value) if isinstance(value, str) else None
+            if problem:
+                raise errors.bad_request(
+                    f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: ' + problem
+                )
         meta = body.get("metadata", {})
         if meta is None:
             meta = {}
@@ -179,6 +189,8 @@ class APIServer:
             raise errors.bad_request("metadata must be a JSON object")
         body["metadata"] = meta
         body["apiVersion"], body["kind"] = rt.api_version(rt.storage_version), rt.kind
+        if rt.key == CRD_KEY:
+            omit_empty_crd_fields(body)
         return body
 
     def _check_namespace(self, rt: ResourceType, namespace: str, body: JSON) -> None:
@@ -201,13 +213,7 @@ class APIServer:
         if ns is None:
             raise errors.not_found("namespaces", "", namespace)
         if ns["metadata"].get("deletionTimestamp"):
-            raise errors.forbidden(
-                rt.plural,
-                rt.group,
-                name,
-                f"unable to create new content in namespace {namespace} because it is being "
-                "terminated",
-            )
+            raise errors.namespace_terminating(rt.plural, rt.group, name, namespace)
 
     def _crd_terminating(self, rt: ResourceType) -> None:
         if rt.crd_name:
@@ -635,11 +641,23 @@ class APIServer:
             and not (rt.key == NAMESPACES and (new.get("spec") or {}).get("finalizers"))
         ):
             # The last finalizer is gone: the object goes, as kube's store does it.
-            self.store.put(rt.key, okey, new)
+            if rt.key == NAMESPACES:
+                # Finalized, then deleted by the namespace controller: two writes.
+                self.store.put(rt.key, okey, new)
+                final = self.store.remove(rt.key, okey)
+                assert final is not None
+                return final
+            # kube-apiserver does not write the update that empties the finalizers: it
+            # deletes the stored object (one DELETED event, which still shows the last
+            # finalizers) and answers the update with the object as updated, at the
+            # resourceVersion it had.
+            current = self.store.peek(rt.key, okey)
             final = self.store.remove(rt.key, okey)
-            assert final is not None
+            assert final is not None and current is not None
             self._after_remove(rt, final)
-            return final
+            answer = copy.deepcopy(new)
+            answer["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return answer
         stored = self.store.put(rt.key, okey, new)
         if rt.key == CRD_KEY:
             self._install_crd(stored)
@@ -692,21 +710,19 @@ class APIServer:
         meta = obj["metadata"]
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != meta["uid"]:
-            raise errors.conflict(
-                rt.plural,
-                rt.group,
+            raise errors.precondition_failed(
+                rt.kind,
                 name,
-                f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
-                f"{meta['uid']}",
+                f"the UID in the precondition ({pre['uid']}) does not match the UID in record "
+                f"({meta['uid']}). The object might have been deleted and then recreated",
             )
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise errors.conflict(
-                rt.plural,
-                rt.group,
+            raise errors.precondition_failed(
+                rt.kind,
                 name,
-                "Precondition failed: ResourceVersion in precondition: "
-                f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                f"{meta['resourceVersion']}",
+                f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does not "
+                f"match the ResourceVersion in record ({meta['resourceVersion']}). The object "
+                "might have been modified",
             )
         policy = options.get("propagationPolicy")
         if policy is None and options.get("orphanDependents") is not None:
@@ -967,3 +983,67 @@ def _set_path(obj: JSON, path: str, value: Any) -> None:
     for part in parts[:-1]:
         cur = cur.setdefault(part, {})
     cur[parts[-1]] = value
+
+
+# -- metav1.MicroTime ------------------------------------------------------------------------
+
+#: The MicroTime fields of the served built-in types (where in the object).
+MICRO_TIMES: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {
+    ("coordination.k8s.io", "leases"): (("spec", "acquireTime"), ("spec", "renewTime")),
+    ("", "events"): (("eventTime",), ("series", "lastObservedTime")),
+}
+_MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
+# Go's time.Parse walks the layout element by element: (element, digits; 0 for a literal).
+_MICRO_ELEMENTS = (
+    ("2006", 4),
+    ("-", 0),
+    ("01", 2),
+    ("-", 0),
+    ("02", 2),
+    ("T", 0),
+    ("15", -2),  # one or two digits
+    (":", 0),
+    ("04", 2),
+    (":", 0),
+    ("05", 2),
+)
+
+
+def micro_time_problem(value: str) -> str | None:
+    """Why metav1.MicroTime's decoder (``time.Parse`` of RFC 3339 with exactly six fractional
+    digits) refuses ``value``, in Go's words; None if it takes it."""
+
+    def cannot(rest: str, elem: str) -> str:
+        return f'parsing time "{value}" as "{_MICRO_LAYOUT}": cannot parse "{rest}" as "{elem}"'
+
+    rest = value
+    for elem, digits in _MICRO_ELEMENTS:
+        if digits == 0:
+            if not rest.startswith(elem):
+                return cannot(rest, elem)
+            rest = rest[len(elem) :]
+            continue
+        n = abs(digits)
+        if digits < 0 and not (len(rest) >= 2 and rest[:2].isdigit()):
+            n = 1
+        if len(rest) < n or not rest[:n].isascii() or not rest[:n].isdigit():
+            return cannot(rest, elem)
+        rest = rest[n:]
+    if len(rest) < 7 or rest[0] not in ".," or not rest[1:7].isdigit():
+        return cannot(rest, ".000000")
+    rest = rest[7:]
+    if rest.startswith("Z"):
+        rest = rest[1:]
+    elif (
+        len(rest) >= 6
+        and rest[0] in "+-"
+        and rest[1:3].isdigit()
+        and rest[3] == ":"
+        and rest[4:6].isdigit()
+    ):
+        rest = rest[6:]
+    else:
+        return cannot(rest, "Z07:00")
+    if rest:
+        return f'parsing time "{value}": extra text: "{rest}"'
+    return None

@@ -93,6 +93,8 @@ class APIError(Exception):
     message: str
     details: JSON | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: Sent as a text/plain body instead of a Status (kube's ``404 page not found``).
+    plain: str | None = None
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -137,6 +139,48 @@ def unknown_path() -> APIError:
     return APIError(404, "NotFound", "the server could not find the requested resource", {})
 
 
+#: API groups kube-apiserver itself serves (v1.37): a path under one of them that names
+#: nothing gets a ``Status``; any other group's paths fall through kube-apiserver's handler
+#: chain to the plain-text ``404 page not found``.
+BUILTIN_GROUPS = frozenset(
+    {
+        "",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "apps",
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+        "internal.apiserver.k8s.io",
+        "networking.k8s.io",
+        "node.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "resource.k8s.io",
+        "scheduling.k8s.io",
+        "storage.k8s.io",
+        "storagemigration.k8s.io",
+    }
+)
+
+
+def page_not_found() -> APIError:
+    """What kube-apiserver answers for a path no API handles: text, not a Status."""
+    return APIError(404, "NotFound", "404 page not found", None, plain="404 page not found\n")
+
+
+def not_served(group: str) -> APIError:
+    """A path under ``group`` that names no served group, version or resource."""
+    return unknown_path() if group in BUILTIN_GROUPS else page_not_found()
+
+
 def already_exists(resource: str, group: str, name: str) -> APIError:
     return APIError(
         409,
@@ -152,6 +196,17 @@ def conflict(resource: str, group: str, name: str, why: str) -> APIError:
         "Conflict",
         f'Operation cannot be fulfilled on {qualified(resource, group)} "{name}": {why}',
         _details(name, group, resource),
+    )
+
+
+def precondition_failed(kind: str, name: str, why: str) -> APIError:
+    """A delete whose preconditions do not hold: kube-apiserver's storage layer names the
+    object by its kind (``on ConfigMap "x"``), not by resource."""
+    return APIError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {kind} "{name}": {why}',
+        {"name": name, "kind": kind},
     )
 
 
@@ -179,6 +234,28 @@ def forbidden(resource: str, group: str, name: str, why: str) -> APIError:
         f'{qualified(resource, group)} "{name}" is forbidden: {why}',
         _details(name, group, resource),
     )
+
+
+def namespace_terminating(resource: str, group: str, name: str, namespace: str) -> APIError:
+    """A create in a namespace being deleted, as kube-apiserver refuses it: 403 with the
+    ``NamespaceTerminating`` cause that clients (client-go's ``HasStatusCause``) test."""
+    error = forbidden(
+        resource,
+        group,
+        name,
+        f"unable to create new content in namespace {namespace} because it is being terminated",
+    )
+    error.details = {
+        **(error.details or {}),
+        "causes": [
+            {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {namespace} is being terminated",
+                "field": "metadata.namespace",
+            }
+        ],
+    }
+    return error
 
 
 def method_not_allowed(message: str) -> APIError:

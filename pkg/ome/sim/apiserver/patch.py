@@ -56,15 +56,29 @@ def apply_merge_patch(target: JSON, patch: Any) -> JSON:
 
 
 def _merge(target: Any, patch: Any) -> Any:
+    """evanphx/json-patch's ``MergePatch``, which kube-apiserver runs: a patch value that
+    lands where there is no object to merge into has its nulls pruned, inside lists too
+    (``{"a": [{"b": null}]}`` stores ``{"a": [{}]}``), except when it replaces an object."""
+    if not isinstance(target, dict):
+        return _prune_nulls(copy.deepcopy(patch))
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    result = copy.deepcopy(target)
     for key, value in patch.items():
         if value is None:
             result.pop(key, None)
         else:
             result[key] = _merge(result.get(key), value)
     return result
+
+
+def _prune_nulls(value: Any) -> Any:
+    """Drop null members of objects, at any depth; null list elements stay."""
+    if isinstance(value, dict):
+        return {k: _prune_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_prune_nulls(v) for v in value]
+    return value
 
 
 # -- RFC 6902 JSON patch -----------------------------------------------------------------------

@@ -32,9 +32,15 @@ LESS_THAN = "lt"
 _BINARY_OPERATORS = (IN, NOT_IN, EQUALS, DOUBLE_EQUALS, NOT_EQUALS, GREATER_THAN, LESS_THAN)
 _ALL_OPERATORS = (*_BINARY_OPERATORS, EXISTS, DOES_NOT_EXIST)
 
-# k8s.io/apimachinery/pkg/util/validation, shared with the product (one implementation).
-_qualified_name_errors = qualified_name_problems
-_label_value_errors = label_value_problems
+
+# k8s.io/apimachinery/pkg/util/validation, shared with the product (one implementation), in
+# kube-apiserver v1.37's wording.
+def _qualified_name_errors(value: str) -> list[str]:
+    return qualified_name_problems(value)
+
+
+def _label_value_errors(value: str) -> list[str]:
+    return label_value_problems(value)
 
 
 class _SelectorSyntaxError(Exception):

@@ -325,15 +325,15 @@ class EmbeddedAPIServer:
             if len(parts) == 2:
                 group = self.registry.api_group(parts[1])
                 if group is None:
-                    raise errors.unknown_path()
+                    raise errors.not_served(parts[1])
                 return _json(group)
             if len(parts) == 3:
                 listing = self.registry.resource_list(parts[1], parts[2])
                 if listing is None:
-                    raise errors.unknown_path()
+                    raise errors.not_served(parts[1])
                 return _json(listing)
         if parts[0] not in ("api", "apis"):
-            raise errors.unknown_path()
+            raise errors.page_not_found()
         return None
 
     def _route(self, request: web.Request, path: str) -> Target:
@@ -358,7 +358,7 @@ class EmbeddedAPIServer:
             raise errors.unknown_path()
         rt = self.registry.lookup(group, version, rest[0])
         if rt is None:
-            raise errors.unknown_path()
+            raise errors.not_served(group)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
         if (namespace is not None and not rt.namespaced) or (
@@ -815,7 +815,13 @@ def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> we
 
 
 def _error_response(e: APIError) -> web.Response:
-    response = _json(e.status(), status=e.code)
+    if e.plain is not None:
+        response = web.Response(
+            text=e.plain, status=e.code, content_type="text/plain", charset="utf-8"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+    else:
+        response = _json(e.status(), status=e.code)
     for k, v in e.headers.items():
         response.headers[k] = v
     return response

@@ -247,6 +247,88 @@ def _default_crd(crd: JSON) -> None:
 
 CRD_CLEANUP = "customresourcecleanup.apiextensions.k8s.io"
 
+# apiextensions/v1 fields tagged ``omitempty`` that are not pointers: kube-apiserver decodes a
+# CRD into Go structs, so a zero value there (``x-kubernetes-embedded-resource: false``,
+# ``description: ""``, ``required: []``) is not stored, and a re-apply of the file then
+# finds the stored object different ("configured").
+_SCHEMA_OMIT_FALSE = (
+    "exclusiveMaximum",
+    "exclusiveMinimum",
+    "uniqueItems",
+    "nullable",
+    "x-kubernetes-embedded-resource",
+    "x-kubernetes-int-or-string",
+)
+_SCHEMA_OMIT_EMPTY = (
+    "id",
+    "$schema",
+    "$ref",
+    "description",
+    "type",
+    "format",
+    "title",
+    "pattern",
+    "required",
+    "enum",
+    "allOf",
+    "oneOf",
+    "anyOf",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-validations",
+    "properties",
+    "patternProperties",
+    "definitions",
+    "dependencies",
+)
+
+
+def _omit_empty_schema(schema: Any) -> None:
+    if not isinstance(schema, dict):
+        return
+    for key in _SCHEMA_OMIT_FALSE:
+        if schema.get(key) is False:
+            del schema[key]
+    for key in _SCHEMA_OMIT_EMPTY:
+        if key in schema and schema[key] in ("", [], {}):
+            del schema[key]
+    for key in ("properties", "patternProperties", "definitions", "dependencies"):
+        for sub in (schema.get(key) or {}).values() if isinstance(schema.get(key), dict) else ():
+            _omit_empty_schema(sub)
+    for key in ("additionalProperties", "not", "items"):
+        sub = schema.get(key)
+        for s in sub if isinstance(sub, list) else [sub]:
+            _omit_empty_schema(s)
+    for key in ("allOf", "oneOf", "anyOf"):
+        for sub in schema.get(key) or []:
+            _omit_empty_schema(sub)
+
+
+def omit_empty_crd_fields(crd: JSON) -> None:
+    """Drop what kube-apiserver's Go types would not keep from a CRD (see above)."""
+    spec = crd.get("spec")
+    if not isinstance(spec, dict):
+        return
+    names = spec.get("names")
+    if isinstance(names, dict):
+        for key in ("shortNames", "categories", "singular", "listKind"):
+            if key in names and names[key] in ("", []):
+                del names[key]
+    for version in spec.get("versions") or []:
+        if not isinstance(version, dict):
+            continue
+        if version.get("deprecated") is False:
+            del version["deprecated"]
+        for column in version.get("additionalPrinterColumns") or []:
+            if isinstance(column, dict):
+                for key in ("description", "format"):
+                    if column.get(key) == "":
+                        del column[key]
+                if column.get("priority") == 0:
+                    del column["priority"]
+        schema = version.get("schema")
+        if isinstance(schema, dict):
+            _omit_empty_schema(schema.get("openAPIV3Schema"))
+
 
 def crd_status(crd: JSON, now: str) -> JSON:
     names = copy.deepcopy(crd["spec"]["names"])
