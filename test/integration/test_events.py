@@ -413,3 +413,28 @@ def test_stop_writes_what_is_queued_and_later_events_are_dropped(
     assert events(rest, reason="AfterStop") == []
     with pytest.raises(RuntimeError):
         recorder.start()
+
+
+def test_an_event_in_a_namespace_being_deleted_is_dropped_quietly(
+    recorder: EventRecorder, rest: Rest, cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # kube-apiserver refuses new content in a terminating namespace with 403 and the
+    # NamespaceTerminating cause; the event's object goes with the namespace, so losing the
+    # event is no error worth a log line (client-go's recorder does the same).
+    rest.create(
+        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "going"}}
+    )
+    held = configmap("held", namespace="going")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    obj = rest.create(CONFIGMAPS, held, "going")
+    rest.delete(NAMESPACES, "going")
+    eventually(
+        lambda: rest.get(NAMESPACES, "going").get("status", {}).get("phase") == "Terminating"
+    )
+    with caplog.at_level(logging.DEBUG, logger="ome.runtime.events"):
+        recorder.event(obj, "Warning", "TooLate", "the namespace is going")
+        assert recorder.flush()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("its namespace is being deleted" in r.getMessage() for r in caplog.records)
+    assert cluster.server.accounting.total(verb="create", resource="events") == 1  # no retry
+    rest.patch(CONFIGMAPS, "held", {"metadata": {"finalizers": None}}, "going")

@@ -57,6 +57,16 @@ def api_error(error: BaseException) -> bool:
     return isinstance(error, ApiException | HTTPError | OSError | NotLeadingError)
 
 
+def namespace_terminating(error: BaseException) -> bool:
+    """Whether a create was refused because its namespace is being deleted (403 with the
+    ``NamespaceTerminating`` cause, client-go's ``HasStatusCause``). Nothing new can live
+    there any more, so the caller lets it be, quietly, as Kubernetes' own controllers do."""
+    if not isinstance(error, ApiException) or error.status != 403:
+        return False
+    causes = (status_of(error).get("details") or {}).get("causes") or []
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)
+
+
 def describe_error(error: BaseException) -> str:
     """One line naming an API error as the server gave it (``500 InternalError: <message>``),
     or the transport failure (``ProtocolError: Connection aborted``)."""

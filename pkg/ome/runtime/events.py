@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.kube import JSON
 
-from .client import Client, api_error, describe_error
+from .client import Client, api_error, describe_error, namespace_terminating
 from .rest import EVENTS
 
 log = logging.getLogger(__name__)
@@ -450,6 +450,9 @@ class EventRecorder:
         except Exception as e:
             if not api_error(e):
                 raise
+            if namespace_terminating(e):  # its object goes with the namespace
+                log.debug("event %s not written: its namespace is being deleted", _describe(ev))
+                return
             # The client has retried what was transient; the event is lost, the caller not.
             log.error("event %s not written: %s", _describe(ev), describe_error(e))
 

@@ -32,7 +32,7 @@ from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.durations import format_go_duration, parse_go_duration
 from ome.kube import JSON, parse_time, rfc3339
-from ome.runtime.client import Client, api_error, describe_error
+from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations, LatestWrites
@@ -304,6 +304,10 @@ class InferenceReplicaReconciler:
                 self.expectations.created(key, name, "")  # already there (the cache lags)
                 return True
             self.expectations.create_failed(key, name)
+            if namespace_terminating(e):
+                # The namespace is being deleted, this replica with it: nothing to report.
+                log.debug("not creating pod %s/%s: its namespace is being deleted", ns, name)
+                return True
             message = status_of(e).get("message") or f"{e.status} {e.reason}"
             self.recorder.event(
                 replica,
