@@ -33,7 +33,7 @@ stress: setup
 
 # The e2e suite (test/e2e) on a real control plane: etcd, kube-apiserver and
 # kube-controller-manager built from their Go modules (hack/e2e-kube.sh says how). The first
-# run builds them (about 15 minutes on two cores, cached machine-wide); then about 6 minutes.
+# run builds them (about 7 minutes on two cores, cached machine-wide); then about 5 minutes.
 # Without Go it says so and succeeds; `make test` never needs it.
 e2e-kube: setup
 	BIN=$(BIN) hack/e2e-kube.sh

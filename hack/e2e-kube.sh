@@ -4,7 +4,7 @@
 # modules (hack/kube-binaries.sh), with the simulated GKE provider and ome-manager running
 # as its ServiceAccount under config/rbac.
 #
-# 1. Builds the binaries if they are not in the machine-wide cache (once; about 15 minutes
+# 1. Builds the binaries if they are not in the machine-wide cache (once; about 7 minutes
 #    on two cores). Without Go it says why it cannot run and exits 0.
 # 2. Starts `ome-sim run --control-plane kube` on free ports, with its kubeconfig and logs in
 #    a temporary directory, and waits until OME is up.
@@ -12,6 +12,9 @@
 #    OME_E2E_CONTROL_PLANE=kube makes the tests that need a slower simulator start a second
 #    such system of their own rather than skip.
 # 4. Stops it (Ctrl-C to ome-sim), which removes the control plane's data directory.
+# 5. Runs the conformance checks of test/sim (the tests marked `conformance`) against a
+#    control plane of their own (OME_CONFORMANCE_APISERVER=kube), the same checks that
+#    `make test` runs against the embedded server (docs/embedded-apiserver.md).
 #
 # PYTEST_ARGS passes more arguments to pytest, e.g. PYTEST_ARGS="-k walkthrough -x".
 set -euo pipefail
@@ -83,3 +86,8 @@ echo "e2e-kube: the control plane and OME are up after $((SECONDS - started))s; 
 # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
 OME_E2E_KUBECONFIG="$WORK/kubeconfig" OME_E2E_METRICS_URL="$metrics" OME_E2E_CONTROL_PLANE=kube \
   "$BIN/python" -m pytest test/e2e ${PYTEST_ARGS:-}
+stop_sim
+
+echo "e2e-kube: the conformance checks of test/sim against kube-apiserver"
+# shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
+OME_CONFORMANCE_APISERVER=kube "$BIN/python" -m pytest test/sim -m conformance -q ${PYTEST_ARGS:-}

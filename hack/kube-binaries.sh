@@ -23,7 +23,7 @@
 # The binaries go to a machine-wide cache, so a fresh clone and CI reuse them:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/kube/v1.37.2/
 # They are built in a temporary directory and moved in only when all three are built, so an
-# interrupted build leaves nothing half-made behind. A first build takes about 15 minutes on
+# interrupted build leaves nothing half-made behind. A first build takes about 7 minutes on
 # two cores (README); a warm one is a no-op.
 set -euo pipefail
 

@@ -203,7 +203,7 @@ def _build_binaries(root: Path) -> int:
             f"the control plane binaries are not built in {controlplane.binaries_dir()}, and "
             f"{script} is not here to build them: run from the repository's root"
         )
-    say(f"building the control plane binaries once ({script}; about 15 minutes on 2 cores)")
+    say(f"building the control plane binaries once ({script}; about 7 minutes on 2 cores)")
     code = subprocess.call(["bash", str(script)], stdout=subprocess.DEVNULL)
     if code != 0:
         return fail(f"{script} failed (exit code {code}); the lines above say why")
