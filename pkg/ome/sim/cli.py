@@ -124,64 +124,16 @@ def _with_cluster(
 ) -> int:
     """Start the cluster (the embedded API server, or with ``--control-plane kube`` etcd,
     kube-apiserver and kube-controller-manager) and the provider, run ``serve`` (which
-    returns on Ctrl-C), then stop both; every failure is one line and exit code 1."""
+    returns on Ctrl-C), then stop what started, in reverse; every failure is one line and
+    exit code 1."""
     interrupted = _interrupt_event()
-    if args.control_plane == "kube":
-        return _with_kube(args, command, serve, interrupted)
-    say("starting the embedded API server")
-    thread = ServerThread(port=args.port)
+    stops: list[Callable[[], None]] = []
     try:
-        server = thread.start()
-    except OSError as e:
-        return fail(f"{command}: {e}")
-    provider: Provider | None = None
-    try:
-        path = server.write_kubeconfig(args.kubeconfig).resolve()
-        say(f"embedded API server listening on {server.url}")
+        start = _start_kube if args.control_plane == "kube" else _start_embedded
+        path, plane = start(args, stops)
         rest = _rest(str(path))
         provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
-        return serve(Stage(rest, path, interrupted))
-    except system.StartError as e:
-        return fail(f"{command}: {e}")
-    except ApiException as e:
-        return fail(f"{command}: {describe_error(e)}")
-    except (HTTPError, OSError, TimeoutError) as e:
-        return fail(f"{command}: {e}")
-    finally:
-        if provider is not None:
-            provider.stop()
-        thread.stop()
-
-
-def _with_kube(
-    args: argparse.Namespace,
-    command: str,
-    serve: Callable[[Stage], int],
-    interrupted: threading.Event,
-) -> int:
-    """`_with_cluster` on a real control plane: the binaries are built first if they are
-    missing (hack/kube-binaries.sh, with its progress), the components' logs go beside the
-    kubeconfig, and the data directory is removed on exit."""
-    binaries = controlplane.binaries_dir()
-    if controlplane.missing_binaries(binaries):
-        code = _build_binaries(args.config_dir.parent if hasattr(args, "config_dir") else Path())
-        if code != 0:
-            return code
-    path = args.kubeconfig.resolve()
-    plane = controlplane.ControlPlane(
-        log_dir=path.parent / "control-plane",
-        binaries=binaries,
-        progress=lambda m: say(f"  {m}"),
-        api_port=args.port,
-    )
-    say(f"starting a real control plane (Kubernetes {controlplane.KUBE_VERSION})")
-    provider: Provider | None = None
-    try:
-        plane.start()
-        plane.write_kubeconfig(path)
-        say(f"kube-apiserver listening on {plane.url} (component logs: {plane.log_dir})")
-        rest = _rest(str(path))
-        provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
+        stops.append(provider.stop)
         return serve(Stage(rest, path, interrupted, plane))
     except (controlplane.ControlPlaneError, system.StartError) as e:
         return fail(f"{command}: {e}")
@@ -190,24 +142,58 @@ def _with_kube(
     except (HTTPError, OSError, TimeoutError) as e:
         return fail(f"{command}: {e}")
     finally:
-        if provider is not None:
-            provider.stop()
-        plane.stop()
+        for stop in reversed(stops):
+            stop()
 
 
-def _build_binaries(root: Path) -> int:
+def _start_embedded(
+    args: argparse.Namespace, stops: list[Callable[[], None]]
+) -> tuple[Path, ControlPlane | None]:
+    say("starting the embedded API server")
+    thread = ServerThread(port=args.port)
+    server = thread.start()
+    stops.append(thread.stop)
+    path = server.write_kubeconfig(args.kubeconfig).resolve()
+    say(f"embedded API server listening on {server.url}")
+    return path, None
+
+
+def _start_kube(
+    args: argparse.Namespace, stops: list[Callable[[], None]]
+) -> tuple[Path, ControlPlane | None]:
+    """The real control plane: the binaries are built first if they are missing
+    (hack/kube-binaries.sh, with its progress), the components' logs go beside the
+    kubeconfig, and the data directory is removed on exit."""
+    binaries = controlplane.binaries_dir()
+    if controlplane.missing_binaries(binaries):
+        _build_binaries(args.config_dir.parent if hasattr(args, "config_dir") else Path())
+    path = args.kubeconfig.resolve()
+    plane = controlplane.ControlPlane(
+        log_dir=path.parent / "control-plane",
+        binaries=binaries,
+        progress=lambda m: say(f"  {m}"),
+        api_port=args.port,
+    )
+    say(f"starting a real control plane (Kubernetes {controlplane.KUBE_VERSION})")
+    stops.append(plane.stop)
+    plane.start()
+    plane.write_kubeconfig(path)
+    say(f"kube-apiserver listening on {plane.url} (component logs: {plane.log_dir})")
+    return path, plane
+
+
+def _build_binaries(root: Path) -> None:
     """Run hack/kube-binaries.sh, whose progress lines go straight to the console."""
     script = root / "hack" / "kube-binaries.sh"
     if not script.is_file():
-        return fail(
+        raise system.StartError(
             f"the control plane binaries are not built in {controlplane.binaries_dir()}, and "
             f"{script} is not here to build them: run from the repository's root"
         )
     say(f"building the control plane binaries once ({script}; about 7 minutes on 2 cores)")
     code = subprocess.call(["bash", str(script)], stdout=subprocess.DEVNULL)
     if code != 0:
-        return fail(f"{script} failed (exit code {code}); the lines above say why")
-    return 0
+        raise system.StartError(f"{script} failed (exit code {code}); the lines above say why")
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -41,6 +41,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ome.runtime.certs import generate_ca
+
 from . import system
 
 # The versions hack/kube-binaries.sh builds; a test keeps the two in step.
@@ -92,40 +94,17 @@ def _name(common_name: str, groups: tuple[str, ...] = ()) -> x509.Name:
 
 
 class Authority:
-    """The cluster CA: it signs the apiserver's serving certificate and every client
-    certificate, and kube-apiserver's ``--client-ca-file`` trusts it."""
+    """The cluster CA (`ome.runtime.certs.generate_ca`'s, for a week): it signs the
+    apiserver's serving certificate and every client certificate, which may carry groups
+    (``O=system:masters``), and kube-apiserver's ``--client-ca-file`` trusts it."""
 
     def __init__(self, common_name: str = "ome-sim-kube-ca") -> None:
-        self._key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.now(UTC)
-        name = _name(common_name)
-        self._name = name
-        self._cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(minutes=5))
-            .not_valid_after(now + timedelta(days=7))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self._key, hashes.SHA256())
-        )
-        self.pem = Pem(self._cert.public_bytes(serialization.Encoding.PEM), _key_pem(self._key))
+        ca = generate_ca(common_name, valid_for=timedelta(days=7))
+        key = serialization.load_pem_private_key(ca.key_pem, password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        self._key = key
+        self._name = x509.load_pem_x509_certificate(ca.cert_pem).subject
+        self.pem = Pem(ca.cert_pem, ca.key_pem)
 
     def issue(
         self,
@@ -240,13 +219,7 @@ class Component:
             )
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        system.terminate(self.proc, timeout)
 
 
 @dataclass

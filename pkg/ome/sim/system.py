@@ -205,13 +205,7 @@ class ManagerProcess:
         return f"the manager {describe_exit(self.proc.poll())}; its last lines:\n  {tail}"
 
     def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc, timeout)
         self.join_pump()  # its last lines, in the log before ome-sim exits
 
 
@@ -233,6 +227,17 @@ def die_with_parent() -> None:
     SIGKILL, so that no manager outlives it. Only a C call: safe between fork and exec."""
     if _PRCTL is not None:
         _PRCTL(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
+def terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def describe_exit(code: int | None) -> str:
@@ -429,24 +434,35 @@ def install(
     return webhook_configs
 
 
-def point_webhooks_at(rest: Rest, configs: list[JSON], port: int) -> None:
-    """The embedded API server dials a webhook Service at 127.0.0.1:<its port>: give each
-    webhook the manager's port, keeping the caBundle the manager filled in."""
+def _update_webhooks(rest: Rest, configs: list[JSON], change: Callable[[JSON], None]) -> None:
+    """Apply ``change`` to each webhook's ``clientConfig`` of each configuration, read live
+    and written back (again on a conflict), so the caBundle the manager filled in stays."""
     for doc in configs:
         name = doc["metadata"]["name"]
         for _ in range(5):
             live = rest.get(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
             updated = copy.deepcopy(live)
             for hook in updated.get("webhooks") or []:
-                service = (hook.get("clientConfig") or {}).get("service")
-                if service is not None:
-                    service["port"] = port
+                hook["clientConfig"] = hook.get("clientConfig") or {}
+                change(hook["clientConfig"])
             try:
                 rest.replace(VALIDATING_WEBHOOK_CONFIGURATIONS, updated)
                 break
             except ApiException as e:
                 if e.status != 409:
                     raise
+
+
+def point_webhooks_at(rest: Rest, configs: list[JSON], port: int) -> None:
+    """The embedded API server dials a webhook Service at 127.0.0.1:<its port>: give each
+    webhook the manager's port, keeping the caBundle the manager filled in."""
+
+    def change(client_config: JSON) -> None:
+        service = client_config.get("service")
+        if service is not None:
+            service["port"] = port
+
+    _update_webhooks(rest, configs, change)
 
 
 @dataclass
@@ -611,22 +627,12 @@ def point_webhooks_at_url(rest: Rest, configs: list[JSON], port: int) -> None:
     neither Endpoints nor EndpointSlices may hold a loopback address (``may not be in the
     loopback range``). ``clientConfig.url`` is the one route a real apiserver takes to a
     process on 127.0.0.1 (docs/embedded-apiserver.md)."""
-    for doc in configs:
-        name = doc["metadata"]["name"]
-        for _ in range(5):
-            live = rest.get(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
-            updated = copy.deepcopy(live)
-            for hook in updated.get("webhooks") or []:
-                client_config = hook.get("clientConfig") or {}
-                service = client_config.pop("service", None)
-                path = (service or {}).get("path") or urllib.parse.urlsplit(
-                    client_config.get("url", "")
-                ).path
-                client_config["url"] = f"https://127.0.0.1:{port}{path}"
-                hook["clientConfig"] = client_config
-            try:
-                rest.replace(VALIDATING_WEBHOOK_CONFIGURATIONS, updated)
-                break
-            except ApiException as e:
-                if e.status != 409:
-                    raise
+
+    def change(client_config: JSON) -> None:
+        service = client_config.pop("service", None)
+        path = (service or {}).get("path") or urllib.parse.urlsplit(
+            client_config.get("url", "")
+        ).path
+        client_config["url"] = f"https://127.0.0.1:{port}{path}"
+
+    _update_webhooks(rest, configs, change)
