@@ -1,8 +1,8 @@
 """The real control plane itself (`ome.sim.controlplane`, what ``--control-plane kube``
-starts): the real server version, RBAC enforced for anyone but the admin, garbage
-collection and namespace deletion, and nothing left behind on stop. Runs under ``make e2e-kube``
-(``OME_E2E_CONTROL_PLANE=kube``); elsewhere it is skipped, since the binaries may not be
-built."""
+starts): the real server version, RBAC enforced for anyone but the admin, namespace
+deletion by kube-controller-manager, and nothing left behind on stop. Runs under
+``make e2e-kube`` (``OME_E2E_CONTROL_PLANE=kube``); elsewhere it is skipped, since the
+binaries may not be built."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_it_is_kube_apiserver_with_rbac_and_leaves_nothing_behind(tmp_path: Path
         admin = plane.write_kubeconfig(tmp_path / "kubeconfig")
         version = json.loads(kubectl(admin, "version", "-o", "json").stdout)
         assert version["serverVersion"]["gitVersion"] == KUBE_VERSION
-        # Garbage collection and namespace deletion are kube-controller-manager's.
+        # Namespace deletion is kube-controller-manager's.
         assert kubectl(admin, "create", "namespace", "probe").returncode == 0
         out = kubectl(admin, "delete", "namespace", "probe", "--timeout=60s")
         assert out.returncode == 0, out.stderr
