@@ -21,7 +21,9 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m ome.api.crdgen --check config/crd
+	for script in hack/*.sh .ci/run; do bash -n "$$script" || exit 1; done
 	$(BIN)/shellcheck hack/*.sh .ci/run
+	$(BIN)/hadolint Dockerfile
 
 test: setup lint
 	$(BIN)/python -m pytest

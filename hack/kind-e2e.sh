@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The e2e suite on a kind cluster, for a laptop with Docker (CI machines here have no Docker
+# engine: there `make e2e-kube` runs the same suite on a real control plane instead).
+#
+#   hack/kind-e2e.sh               create a cluster, run test/e2e against it, delete it
+#   KEEP_CLUSTER=1 hack/kind-e2e.sh   leave the cluster up afterwards (its kubeconfig is
+#                                     printed), e.g. to follow the README by hand
+#
+# It needs docker (running), kind and kubectl on the PATH, and `make setup` done (.venv).
+# Steps:
+#   1. create a kind cluster (KIND_CLUSTER, default ome-e2e) with its own kubeconfig;
+#   2. build the manager's image (Dockerfile) and load it into the cluster;
+#   3. install OME's CRDs (config/crd) and the fake Slice CRD (test/e2e/crds);
+#   4. run `ome-sim provider --kubeconfig` against it: fake TPU nodes, the Slice scheduler,
+#      and a kubelet stand-in for pods on those nodes (kind's own scheduler binds them);
+#   5. `helm upgrade --install` charts/ome-resources with the guide's Step 1 values
+#      (config/samples/values.yaml) and the image just built, and wait for the rollout;
+#      then the sample model and runtime (config/samples);
+#   6. run pytest test/e2e with OME_E2E_KUBECONFIG (and OME_E2E_METRICS_URL, through a
+#      kubectl port-forward to the manager's metrics port);
+#   7. tear everything down, on success and on failure alike (unless KEEP_CLUSTER=1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CLUSTER="${KIND_CLUSTER:-ome-e2e}"
+IMAGE="${IMAGE:-ome-manager:kind-e2e}"
+BIN="${BIN:-.venv/bin}"
+
+say() { printf 'kind-e2e: %s\n' "$*"; }
+die() { printf 'kind-e2e: %s\n' "$*" >&2; exit 1; }
+
+for tool in docker kind kubectl; do
+  command -v "$tool" >/dev/null 2>&1 || die "needs $tool on the PATH"
+done
+docker info >/dev/null 2>&1 || die "needs a running Docker engine (docker info failed)"
+[[ -x "$BIN/ome-sim" ]] || die "needs $BIN/ome-sim: run make setup first"
+HELM="$(hack/helm.sh)"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-kind-e2e.XXXXXX")"
+export KUBECONFIG="$WORK/kubeconfig"
+PROVIDER_PID=""
+FORWARD_PID=""
+CREATED=""
+
+teardown() {
+  local code=$?
+  if ((code != 0)) && [[ -n "$CREATED" ]]; then
+    kubectl logs -n ome -l control-plane=ome-controller-manager --tail=-1 \
+      >"$WORK/manager.log" 2>&1 || true
+  fi
+  for pid in "$FORWARD_PID" "$PROVIDER_PID"; do
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -INT "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  if [[ -n "$CREATED" && -z "${KEEP_CLUSTER:-}" ]]; then
+    say "deleting kind cluster $CLUSTER"
+    kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+  elif [[ -n "$CREATED" ]]; then
+    say "the cluster stays up: export KUBECONFIG=$KUBECONFIG (kind delete cluster --name $CLUSTER)"
+  fi
+  if ((code != 0)); then
+    say "failed (exit code $code); the provider's log and the manager's are in $WORK" >&2
+  elif [[ -z "${KEEP_CLUSTER:-}" ]]; then
+    rm -rf "$WORK"
+  fi
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+  die "a kind cluster named $CLUSTER exists already: delete it or set KIND_CLUSTER"
+fi
+say "1/7 creating kind cluster $CLUSTER"
+kind create cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" --wait 120s
+CREATED=1
+
+say "2/7 building $IMAGE and loading it into the cluster"
+docker build -t "$IMAGE" .
+kind load docker-image "$IMAGE" --name "$CLUSTER"
+
+say "3/7 installing OME's CRDs and the fake Slice CRD"
+kubectl apply -f config/crd/ -f test/e2e/crds/
+kubectl wait --for=condition=Established crd --all --timeout=60s
+
+say "4/7 starting the simulated GKE provider (its log: $WORK/provider.log)"
+"$BIN/ome-sim" provider --kubeconfig "$KUBECONFIG" --activation-delay 1s \
+  >"$WORK/provider.log" 2>&1 &
+PROVIDER_PID=$!
+for _ in $(seq 1 600); do
+  grep -q '^press Ctrl-C' "$WORK/provider.log" && break
+  kill -0 "$PROVIDER_PID" 2>/dev/null || { cat "$WORK/provider.log" >&2; die "the provider exited"; }
+  sleep 0.1
+done
+grep -q '^press Ctrl-C' "$WORK/provider.log" || die "the provider did not start within a minute"
+
+say "5/7 helm upgrade --install ome charts/ome-resources with the guide's values"
+kubectl create namespace ome --dry-run=client -o yaml | kubectl apply -f -
+"$HELM" upgrade --install ome charts/ome-resources --namespace ome \
+  -f config/samples/values.yaml \
+  --set image.repository="${IMAGE%%:*}" --set image.tag="${IMAGE##*:}" \
+  --set image.pullPolicy=Never
+kubectl rollout status deployment ome-controller-manager -n ome --timeout=180s
+kubectl apply -f config/samples/clusterbasemodel-qwen3-0-6b.yaml \
+  -f config/samples/clusterservingruntime-srt-qwen3-tpu.yaml
+
+say "6/7 running test/e2e against the cluster"
+port="$("$BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+kubectl port-forward -n ome deployment/ome-controller-manager "$port:8080" \
+  >"$WORK/port-forward.log" 2>&1 &
+FORWARD_PID=$!
+# shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
+OME_E2E_KUBECONFIG="$KUBECONFIG" OME_E2E_METRICS_URL="http://127.0.0.1:$port/metrics" \
+  "$BIN/python" -m pytest test/e2e ${PYTEST_ARGS:-}
+
+say "7/7 passed; tearing down"
