@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint run stress e2e-kube kube-binaries clean
+.PHONY: setup test lint run stress e2e-kube kube-binaries crds clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,8 @@ lint: setup
 	for script in hack/*.sh .ci/run; do bash -n "$$script" || exit 1; done
 	$(BIN)/shellcheck hack/*.sh .ci/run
 	$(BIN)/hadolint Dockerfile
+	"$$(hack/helm.sh)" lint --strict charts/ome-resources
+	"$$(hack/helm.sh)" lint --strict charts/ome-resources -f config/samples/values.yaml
 
 test: setup lint
 	$(BIN)/python -m pytest
@@ -39,6 +41,12 @@ stress: setup
 # Without Go it says so and succeeds; `make test` never needs it.
 e2e-kube: setup
 	BIN=$(BIN) hack/e2e-kube.sh
+
+# Regenerate config/crd from pkg/ome/api/v1beta1.py, and the chart's copies of them
+# (test/unit/test_chart.py fails when the two differ).
+crds: setup
+	$(BIN)/python -m ome.api.crdgen config/crd
+	cp config/crd/ome.io_*.yaml charts/ome-resources/crds/
 
 # Build (once) the control plane binaries into ~/.cache/ome-tpu-slices/kube/<version>/.
 kube-binaries:

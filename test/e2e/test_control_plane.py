@@ -72,3 +72,68 @@ def test_it_is_kube_apiserver_with_rbac_and_leaves_nothing_behind(tmp_path: Path
         "kube-controller-manager",
     ]
     assert (tmp_path / "logs" / "kube-apiserver.log").stat().st_size > 0  # logs are kept
+
+
+def test_the_guides_helm_upgrade_and_config_default_on_a_fresh_control_plane(
+    tmp_path: Path,
+) -> None:
+    """The guide's Step 1 as written, on a cluster of its own: ``helm upgrade --install ome
+    charts/ome-resources --namespace ome -f values.yaml`` (the guide's block), then the
+    ConfigMap entry is the guide's JSON; and ``kubectl apply --dry-run=server -k
+    config/default`` is admitted as a whole. (The pod never runs: no kubelet here.)"""
+    from ome.tpuslice.types import GUIDE_CONFIG_JSON
+    from test.unit.test_chart import CHART, SAMPLE_VALUES, helm_binary
+
+    helm = helm_binary()
+    plane = ControlPlane(log_dir=tmp_path / "logs")
+    plane.start()
+    try:
+        admin = plane.write_kubeconfig(tmp_path / "kubeconfig")
+        # A server-side dry run creates nothing, the namespace included: make it first.
+        assert kubectl(admin, "create", "namespace", "ome").returncode == 0
+        out = kubectl(
+            admin, "apply", "--dry-run=server", "-k", str(CHART.parents[1] / "config" / "default")
+        )
+        assert out.returncode == 0, out.stderr
+        assert "deployment.apps/ome-controller-manager created (server dry run)" in out.stdout
+        env = {**os.environ, "KUBECONFIG": str(admin), "HOME": str(tmp_path)}
+        upgrade = subprocess.run(
+            [
+                helm,
+                "upgrade",
+                "--install",
+                "ome",
+                str(CHART),
+                "--namespace",
+                "ome",
+                "-f",
+                str(SAMPLE_VALUES),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert upgrade.returncode == 0, upgrade.stderr
+        entry = kubectl(
+            admin,
+            "get",
+            "configmap",
+            "inferenceservice-config",
+            "-n",
+            "ome",
+            "-o",
+            "jsonpath={.data.tpuSliceProvisioning}",
+        ).stdout
+        assert entry == GUIDE_CONFIG_JSON
+        deployment = json.loads(
+            kubectl(
+                admin, "get", "deployment", "ome-controller-manager", "-n", "ome", "-o", "json"
+            ).stdout
+        )
+        assert deployment["spec"]["template"]["metadata"]["labels"]["control-plane"] == (
+            "ome-controller-manager"
+        )
+        assert "checksum/config" in deployment["spec"]["template"]["metadata"]["annotations"]
+    finally:
+        plane.stop()

@@ -1,0 +1,52 @@
+{{/*
+The chart's name and version, as the helm.sh/chart label holds them.
+*/}}
+{{- define "ome-resources.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The labels Helm's own tooling expects, added to every object's labels (and the pod
+template's) next to the labels of config/, which are kept as they are. Never on the
+Deployment's selector: a selector cannot change once the Deployment exists.
+*/}}
+{{- define "ome-resources.labels" -}}
+helm.sh/chart: {{ include "ome-resources.chart" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Cluster-scoped names start with the release's name, so that a second release (in another
+namespace) does not collide with the first; with the guide's release name, ome, they are
+config/'s names: ome-manager-role, ome-manager-rolebinding, ome-inferencereplica-webhook.
+Names in the release's namespace are config/'s as they are.
+*/}}
+{{- define "ome-resources.clusterRoleName" -}}
+{{- printf "%s-manager-role" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ome-resources.clusterRoleBindingName" -}}
+{{- printf "%s-manager-rolebinding" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The ValidatingWebhookConfiguration, which the manager's --webhook-config-name names and the
+ClusterRole lets it get and update (its caBundle).
+*/}}
+{{- define "ome-resources.webhookConfigName" -}}
+{{- printf "%s-inferencereplica-webhook" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The tpuSliceProvisioning entry of the inferenceservice-config ConfigMap: the value as
+compact JSON (toJson: keys sorted, no spaces), or a string value as the JSON text it is;
+empty when the value is unset, null, {} or "" (no entry then).
+*/}}
+{{- define "ome-resources.tpuSliceProvisioning" -}}
+{{- $block := "" }}
+{{- with .Values.ome }}{{ with .controller }}{{ $block = .tpuSliceProvisioning }}{{ end }}{{ end }}
+{{- if $block }}
+{{- if kindIs "string" $block }}{{ $block }}{{ else }}{{ toJson $block }}{{ end }}
+{{- end }}
+{{- end }}

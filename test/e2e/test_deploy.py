@@ -1,0 +1,377 @@
+"""The Helm chart (charts/ome-resources) on a real control plane, next to a running OME.
+
+The environment's OME (``ome-sim run --control-plane kube``, or hack/kind-e2e.sh's) was
+installed in namespace ``ome`` from config/ by ome-sim's own installer (plain creates), with
+the manager running outside the cluster as ServiceAccount ``ome/ome-controller-manager``,
+and with its ValidatingWebhookConfiguration pointed at ``clientConfig.url``
+``https://127.0.0.1:<port>`` instead of the Service. These tests must leave it as it is, so:
+
+1. A server-side dry run (``kubectl apply --dry-run=server``, which persists nothing) of the
+   chart as the guide installs it (``helm template ome ... --namespace ome -f
+   config/samples/values.yaml``, with its CRDs) and of ``kubectl kustomize config/default``:
+   kube-apiserver validates and admits every object. The webhook configuration is the one
+   exception to ``apply``: merged into the live one, which has a ``url``, the chart's
+   ``service`` makes both, which the server rightly refuses ("exactly one of url or service
+   is required"); so it is dry-run as the whole object it is (``kubectl replace``).
+   Every live object of that OME keeps its resourceVersion.
+
+2. Helm refuses to install the guide's release over that OME: its objects carry no Helm
+   ownership metadata (label ``app.kubernetes.io/managed-by: Helm``, annotations
+   ``meta.helm.sh/release-name`` and ``-namespace``), and Helm stops at the first one with
+   "invalid ownership metadata" before it creates anything (no release record either; checked
+   here with ``--dry-run=server``, which goes through the same check). Taking them over
+   (``--take-ownership``) is not done: it would rewrite the webhook configuration's
+   clientConfig (the route to the out-of-cluster manager), and ``helm uninstall`` would then
+   delete the ClusterRole and bindings the running manager works with. So the real install
+   goes elsewhere:
+
+3. A real ``helm upgrade --install`` of release ``ome-helm-e2e`` into its own namespace
+   ``ome-helm-e2e`` (made by the test), with the guide's values and ``--skip-crds`` (the CRDs
+   exist; Helm would skip them anyway, and never deletes them). Names in the namespace are
+   config/'s; the cluster-scoped ones start with the release's name
+   (``ome-helm-e2e-manager-role``, ``-manager-rolebinding``, ``-inferencereplica-webhook``),
+   so nothing collides with the running OME's. The ConfigMap then holds the guide's JSON as
+   the guide prints it, the release's ServiceAccount has the Roles in its namespace only, an
+   upgrade that changes readyTimeout rolls the Deployment (checksum/config), and ``helm
+   uninstall`` plus the namespace's deletion leave nothing behind. The Deployment's pod never
+   runs (no kubelet on this control plane; nothing else schedules it), and while the release
+   exists its webhook configuration also sees InferenceReplica writes: it cannot be reached,
+   and fails open (``failurePolicy: Ignore``), so they go through, as the manager's own.
+
+Skipped where the server enforces no RBAC (the embedded one, which is no kube-apiserver):
+``make e2e-kube`` runs these.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ome.tpuslice.types import GUIDE_CONFIG_JSON
+from test.e2e.conftest import ROOT, Environment
+from test.helpers import eventually
+from test.unit.test_chart import CHART, SAMPLE_VALUES, helm_binary
+
+RUNNING = "ome"  # the environment's OME: its namespace, and the guide's release name
+RELEASE = "ome-helm-e2e"  # the test's own release, in a namespace of the same name
+NAMESPACE = RELEASE
+
+JSON = dict[str, object]
+
+
+@pytest.fixture(scope="module")
+def kube(environment: Environment) -> Iterator[Environment]:
+    if not environment.enforces_rbac():
+        pytest.skip("the server enforces no RBAC (the embedded one): make e2e-kube runs this")
+    yield environment
+
+
+def helm(
+    env: Environment, *args: str, check: bool = True, timeout: int = 90
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [helm_binary(), "--kubeconfig", str(env.kubeconfig), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env.env(),
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+def documents(text: str) -> list[dict[str, object]]:
+    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+
+
+def dry_run(env: Environment, text: str) -> list[str]:
+    """Server-side dry run of every object of ``text``: ``kubectl apply``, but a webhook
+    configuration that exists is replaced (see the module's docstring); kubectl's lines."""
+    docs = documents(text)
+    hooks = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    rest = [d for d in docs if d["kind"] != "ValidatingWebhookConfiguration"]
+    out = env.kubectl(
+        "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(rest), timeout=120
+    )
+    lines = out.stdout.splitlines()
+    for hook in hooks:
+        name = str(_metadata(hook)["name"])
+        exists = env.kubectl("get", "validatingwebhookconfiguration", name, check=False)
+        verb = "replace" if exists.returncode == 0 else "create"
+        out = env.kubectl(verb, "--dry-run=server", "-f", "-", input=yaml.safe_dump(hook))
+        lines += out.stdout.splitlines()
+    assert all(line.endswith("(server dry run)") for line in lines), lines
+    assert len(lines) == len(docs), lines
+    return lines
+
+
+def _metadata(doc: dict[str, object]) -> dict[str, object]:
+    meta = doc["metadata"]
+    assert isinstance(meta, dict)
+    return meta
+
+
+def snapshot(env: Environment, docs: list[dict[str, object]]) -> dict[str, str]:
+    """The resourceVersion of each of ``docs`` that exists live (kind/namespace/name)."""
+    seen: dict[str, str] = {}
+    for doc in docs:
+        meta = _metadata(doc)
+        kind, name = str(doc["kind"]), str(meta["name"])
+        where = ["-n", str(meta["namespace"])] if "namespace" in meta else []
+        out = env.kubectl(
+            "get", kind, name, *where, "-o", "jsonpath={.metadata.resourceVersion}", check=False
+        )
+        if out.returncode == 0:
+            seen[f"{kind}/{meta.get('namespace', '')}/{name}"] = out.stdout
+    return seen
+
+
+def guide_chart(*args: str) -> str:
+    """The chart as the guide installs it (release ome, namespace ome, its values file)."""
+    return subprocess.run(
+        [
+            helm_binary(),
+            "template",
+            RUNNING,
+            str(CHART),
+            "--namespace",
+            RUNNING,
+            "-f",
+            str(SAMPLE_VALUES),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def kustomized(env: Environment) -> str:
+    return env.kubectl("kustomize", str(ROOT / "config" / "default")).stdout
+
+
+def test_the_server_accepts_the_chart_and_config_default_in_a_dry_run(kube: Environment) -> None:
+    chart = guide_chart("--include-crds")
+    config = kustomized(kube)
+    running = documents(config)
+    before = snapshot(kube, running)
+    assert before, "the environment's OME is not installed"
+    lines = dry_run(kube, chart)
+    assert any(line.startswith("deployment.apps/ome-controller-manager") for line in lines)
+    dry_run(kube, config)
+    assert snapshot(kube, running) == before  # a dry run persists nothing
+
+
+def test_helm_refuses_to_take_over_the_running_ome(kube: Environment) -> None:
+    running = documents(kustomized(kube))
+    before = snapshot(kube, running)
+    out = helm(
+        kube,
+        "upgrade",
+        "--install",
+        RUNNING,
+        str(CHART),
+        "--namespace",
+        RUNNING,
+        "--skip-crds",
+        "-f",
+        str(SAMPLE_VALUES),
+        "--dry-run=server",
+        check=False,
+    )
+    assert out.returncode != 0, out.stdout
+    assert "exists and cannot be imported into the current release" in out.stderr, out.stderr
+    assert "invalid ownership metadata" in out.stderr, out.stderr
+    records = kube.kubectl("get", "secrets", "-n", RUNNING, "-l", "owner=helm", "-o", "name")
+    assert records.stdout.strip() == ""  # no release record
+    assert snapshot(kube, running) == before
+
+
+def _cleanup(env: Environment) -> None:
+    """Whatever a run of the test (this one, or one that was interrupted) left behind."""
+    if helm(env, "status", RELEASE, "--namespace", NAMESPACE, check=False).returncode == 0:
+        helm(env, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", timeout=120)
+    env.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", timeout=120)
+
+
+@pytest.fixture
+def own_namespace(kube: Environment) -> Iterator[Environment]:
+    _cleanup(kube)
+    kube.kubectl("create", "namespace", NAMESPACE)
+    try:
+        yield kube
+    finally:
+        _cleanup(kube)
+
+
+def install(env: Environment, values: Path) -> None:
+    helm(
+        env,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--skip-crds",
+        "-f",
+        str(values),
+    )
+
+
+def pod_checksum(env: Environment) -> str:
+    return env.kubectl(
+        "get",
+        "deployment",
+        "ome-controller-manager",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.spec.template.metadata.annotations.checksum/config}",
+    ).stdout
+
+
+def test_a_real_install_in_its_own_namespace(own_namespace: Environment, tmp_path: Path) -> None:
+    env = own_namespace
+    running = documents(kustomized(env))
+    before = snapshot(env, running)
+
+    install(env, SAMPLE_VALUES)
+    status = json.loads(helm(env, "status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
+    assert status["info"]["status"] == "deployed"
+
+    # The guide's check, in the release's namespace: the JSON the guide prints.
+    printed = env.kubectl(
+        "get",
+        "configmap",
+        "inferenceservice-config",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.data.tpuSliceProvisioning}",
+    ).stdout
+    assert printed == GUIDE_CONFIG_JSON
+
+    # The guide's `kubectl logs -l` selector finds the Deployment's pods.
+    deploys = env.kubectl(
+        "get",
+        "deployment",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "control-plane=ome-controller-manager",
+        "-o",
+        "name",
+    ).stdout.split()
+    assert deploys == ["deployment.apps/ome-controller-manager"]
+    eventually(
+        lambda: (
+            env.kubectl(
+                "get",
+                "pods",
+                "-n",
+                NAMESPACE,
+                "-l",
+                "control-plane=ome-controller-manager",
+                "-o",
+                "name",
+            ).stdout.strip()
+            != ""
+        ),
+        timeout=30,
+        interval=0.5,
+    )
+
+    # Cluster-scoped names carry the release's name; the release's ServiceAccount has the
+    # Roles in its own namespace, and not in the running OME's.
+    for kind, name in (
+        ("clusterrole", f"{RELEASE}-manager-role"),
+        ("clusterrolebinding", f"{RELEASE}-manager-rolebinding"),
+        ("validatingwebhookconfiguration", f"{RELEASE}-inferencereplica-webhook"),
+    ):
+        env.kubectl("get", kind, name)
+    hook = json.loads(
+        env.kubectl(
+            "get",
+            "validatingwebhookconfiguration",
+            f"{RELEASE}-inferencereplica-webhook",
+            "-o",
+            "json",
+        ).stdout
+    )
+    assert hook["webhooks"][0]["clientConfig"]["service"]["namespace"] == NAMESPACE
+    sa = f"--as=system:serviceaccount:{NAMESPACE}:ome-controller-manager"
+
+    def can_i(*args: str) -> str:
+        out = env.kubectl("auth", "can-i", *args, sa, check=False)
+        assert out.returncode in (0, 1), out.stderr
+        return out.stdout.strip()
+
+    assert can_i("get", "configmaps/inferenceservice-config", "-n", NAMESPACE) == "yes"
+    assert (
+        can_i("update", "leases.coordination.k8s.io/ome-controller-manager", "-n", NAMESPACE)
+        == "yes"
+    )
+    assert can_i("create", "slices.accelerator.gke.io") == "yes"
+    assert can_i("get", "configmaps/inferenceservice-config", "-n", RUNNING) == "no"
+    assert (
+        can_i("update", f"validatingwebhookconfigurations/{RELEASE}-inferencereplica-webhook")
+        == "yes"
+    )
+    assert can_i("update", "validatingwebhookconfigurations/ome-inferencereplica-webhook") == "no"
+
+    # An upgrade that changes the ConfigMap rolls the Deployment (checksum/config).
+    first = pod_checksum(env)
+    slower = tmp_path / "values.yaml"
+    slower.write_text(SAMPLE_VALUES.read_text().replace("readyTimeout: 10m", "readyTimeout: 20m"))
+    install(env, slower)
+    assert pod_checksum(env) != first
+    printed = env.kubectl(
+        "get",
+        "configmap",
+        "inferenceservice-config",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.data.tpuSliceProvisioning}",
+    ).stdout
+    assert json.loads(printed)["slice"]["readyTimeout"] == "20m"
+    eventually(
+        lambda: (
+            len(env.kubectl("get", "replicasets", "-n", NAMESPACE, "-o", "name").stdout.split())
+            == 2
+        ),
+        timeout=30,
+        interval=0.5,
+    )
+
+    # The running OME is as it was.
+    assert snapshot(env, running) == before
+
+    helm(env, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", timeout=120)
+    for kind, name in (
+        ("clusterrole", f"{RELEASE}-manager-role"),
+        ("clusterrolebinding", f"{RELEASE}-manager-rolebinding"),
+        ("validatingwebhookconfiguration", f"{RELEASE}-inferencereplica-webhook"),
+    ):
+        assert env.kubectl("get", kind, name, check=False).returncode != 0, (kind, name)
+    left = env.kubectl(
+        "get",
+        "deployments,services,configmaps,secrets,roles,rolebindings,serviceaccounts",
+        "-n",
+        NAMESPACE,
+        "-l",
+        f"app.kubernetes.io/instance={RELEASE}",
+        "-o",
+        "name",
+    ).stdout.split()
+    assert left == []
+    assert snapshot(env, running) == before
