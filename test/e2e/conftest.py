@@ -44,6 +44,24 @@ class Environment:
         path = Path(given) if given else self.kubeconfig.parent / "manager.log"
         return path if path.is_file() else None
 
+    def manager_log_text(self) -> str | None:
+        """The manager's log: the file `manager_log`, or else its pods' logs (``kubectl logs
+        -l control-plane=ome-controller-manager``, when it runs as the Deployment's pod);
+        None when neither can be had."""
+        path = self.manager_log
+        if path is not None:
+            return path.read_text()
+        out = self.kubectl(
+            "logs",
+            "-n",
+            "ome",
+            "-l",
+            "control-plane=ome-controller-manager",
+            "--tail=-1",
+            check=False,
+        )
+        return out.stdout if out.returncode == 0 and out.stdout else None
+
     def enforces_rbac(self) -> bool:
         """Whether the server authorizes by RBAC (kube-apiserver; not the embedded one)."""
         probe = self.kubectl("get", "--raw", "/apis/rbac.authorization.k8s.io/v1", check=False)

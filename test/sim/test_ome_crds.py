@@ -13,6 +13,7 @@ import yaml
 
 from ome.api import crdgen, v1beta1
 from test.conftest import Cluster, Kubectl
+from test.helpers import eventually
 from test.sim.manifests import served
 
 pytestmark = pytest.mark.kubectl
@@ -131,7 +132,13 @@ def test_the_files_are_what_the_generator_builds() -> None:
 @pytest.mark.conformance
 def test_kubectl_explain_prints_descriptions(cluster: Cluster, kubectl: Kubectl) -> None:
     _install(kubectl, cluster)
-    out = kubectl("explain", "inferencereplica.spec.runners").stdout
+
+    def explained() -> str:
+        # kube-apiserver publishes a new CRD's OpenAPI a moment after serving it.
+        out = kubectl("explain", "inferencereplica.spec.runners", check=False)
+        return out.stdout if out.returncode == 0 else ""
+
+    out = eventually(explained, timeout=30, interval=0.2)
     assert "The pods of an Instance" in out
     for field in ("name", "size", "template"):
         assert f"  {field}\t" in out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
 import threading
 import uuid
@@ -38,8 +39,16 @@ log = logging.getLogger(__name__)
 EXIT_OK, EXIT_LOST_LEADERSHIP = 0, 1
 
 
+def host_name() -> str:
+    """The pod's name (``POD_NAME``, from the downward API) or else the host's: in a pod the
+    two agree, but not on a host-network pod, nor where pods share the host's name (the
+    simulator's kubelet)."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
 def default_identity() -> str:
-    return f"{socket.gethostname()}_{uuid.uuid4()}"
+    """controller-runtime's leader-election identity: ``<host>_<uuid>``."""
+    return f"{host_name()}_{uuid.uuid4()}"
 
 
 @dataclass
@@ -112,7 +121,7 @@ class Manager:
         self.controllers.append(controller)
 
     def event_recorder(self, component: str) -> EventRecorder:
-        recorder = EventRecorder(self.client, component, host=socket.gethostname())
+        recorder = EventRecorder(self.client, component, host=host_name())
         self._recorders.append(recorder)
         return recorder
 

@@ -27,7 +27,7 @@ from ome.durations import parse_go_duration
 from ome.runtime.client import describe_error
 from ome.runtime.rest import Rest
 
-from . import controlplane, system
+from . import controlplane, helmrun, system
 from .apiserver import EmbeddedAPIServer, ServerThread
 from .controlplane import ControlPlane
 from .gke.model import DEFAULT_POOLS, KNOBS, PoolError, parse_pools
@@ -84,10 +84,16 @@ def _apiserver(args: argparse.Namespace) -> int:
 
 
 def _provider_options(args: argparse.Namespace) -> Options:
+    pod = getattr(args, "manager", "process") == "pod"
     return Options(
         activation_delay=args.activation_delay,
         heartbeat_interval=args.heartbeat_interval,
         scheduler=args.scheduler,
+        # The manager's pod needs a node without the TPU taint, and runs as a process
+        # there; its logs are kept beside the kubeconfig.
+        system_nodes=1 if pod else 0,
+        run_images=(helmrun.MANAGER_IMAGE,) if pod else (),
+        pod_dir=str(args.kubeconfig.resolve().parent / "pods") if pod else "",
     )
 
 
@@ -273,6 +279,8 @@ def _run(args: argparse.Namespace) -> int:
     is restarted whenever it exits until Ctrl-C (`system.Supervisor`)."""
 
     def serve(stage: Stage) -> int:
+        if args.manager == "pod":
+            return _serve_manager_pod(args, stage)
         rest, path, interrupted = stage.rest, stage.kubeconfig, stage.interrupted
         kube = stage.plane is not None
         configs = system.install(
@@ -348,6 +356,40 @@ def _run(args: argparse.Namespace) -> int:
             supervisor.stop()
 
     return _with_cluster(args, "run", serve)
+
+
+def _serve_manager_pod(args: argparse.Namespace, stage: Stage) -> int:
+    """``--manager pod``: OME installed with Helm as the guide's Step 1 does, the manager
+    running as the Deployment's pod (the kubelet stand-in runs it), until Ctrl-C."""
+    rest, path, interrupted = stage.rest, stage.kubeconfig, stage.interrupted
+    root = args.config_dir.resolve().parent
+    progress = lambda m: say(f"  {m}")  # noqa: E731
+    helm = helmrun.helm_binary(root)
+    system.create(
+        rest, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": system.NAMESPACE}}
+    )
+    helmrun.upgrade_install(
+        helm, path, root, helmrun.guide_values(root, args.slice_ready_timeout), progress
+    )
+    system.install_samples(rest, args.config_dir, progress)
+    helmrun.wait_rollout(rest, 180, progress, interrupted)
+    if interrupted.is_set():
+        say("stopping")
+        return 0
+    relay = helmrun.metrics_relay(rest)
+    try:
+        say("")
+        say(f"OME is up on {stage.name}, the manager in its Deployment's pod; in another shell:")
+        say(f"export KUBECONFIG={path}")
+        say(f"manager metrics: http://127.0.0.1:{relay.port}/metrics")
+        say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
+        say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
+        say("press Ctrl-C to stop")
+        _wait(interrupted)
+        say("stopping")
+        return 0
+    finally:
+        relay.close()
 
 
 def _knob_help() -> str:
@@ -456,6 +498,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=_port, default=0, help="API server port (default: a free one)")
     _control_plane_flag(run)
     run.add_argument(
+        "--manager",
+        choices=("process", "pod"),
+        help="pod (the default with --control-plane kube): OME is installed with Helm "
+        "(charts/ome-resources, the guide's Step 1 values) and the manager runs as its "
+        "Deployment's pod; process (the default, and the only way, on the embedded "
+        "cluster): ome-sim installs config/ and runs ome-manager itself, beside the cluster",
+    )
+    run.add_argument(
         "--config-dir",
         type=Path,
         default=Path("config"),
@@ -490,6 +540,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its retries are reported by us
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "manager") and args.manager is None:
+        args.manager = "pod" if args.control_plane == "kube" else "process"
+    if getattr(args, "manager", "process") == "pod" and args.control_plane != "kube":
+        parser.error(
+            "--manager pod needs --control-plane kube: the embedded server runs no "
+            "Deployments (kube-controller-manager does)"
+        )
     if hasattr(args, "pool"):
         try:
             args.pools = parse_pools(args.pool or DEFAULT_POOLS)

@@ -49,7 +49,11 @@ from . import system
 KUBE_VERSION = "v1.37.2"
 ETCD_VERSION = "v3.7.3"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
-SERVICE_CIDR = "10.96.0.0/16"
+#: Services get loopback ClusterIPs (127.1.x.y), so that the provider's kube-proxy stand-in
+#: (`ome.sim.gke.serviceproxy`) can listen on them: kube-apiserver then reaches a webhook
+#: Service at its ClusterIP, as in a cluster. (kube-apiserver accepts a loopback range;
+#: Endpoints and EndpointSlices, which would be the other route, refuse loopback addresses.)
+SERVICE_CIDR = "127.1.0.0/16"
 ADMIN_USER = "ome-sim-admin"
 
 

@@ -427,11 +427,15 @@ def install(
         progress("installing the manager's ServiceAccount and roles (config/rbac)")
         for doc in read_manifests(config_dir / "rbac"):
             create(rest, doc)
+    install_samples(rest, config_dir, progress)
+    return webhook_configs
+
+
+def install_samples(rest: Rest, config_dir: Path, progress: Callable[[str], None]) -> None:
     progress("installing the sample model and runtime (config/samples)")
     for sample in SAMPLES:
         for doc in read_manifests(config_dir / sample):
             create(rest, doc)
-    return webhook_configs
 
 
 def _update_webhooks(rest: Rest, configs: list[JSON], change: Callable[[JSON], None]) -> None:

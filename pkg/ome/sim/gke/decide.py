@@ -248,9 +248,16 @@ def unschedulable_condition(message: str, now: str) -> JSON:
 # -- pods: the kubelet stand-in ----------------------------------------------------------------
 
 
-def kubelet_status(pod: JSON, node: JSON, now: str) -> JSON:
-    """The status a kubelet reports for a started pod: Running, Ready while its node is."""
-    ready = "True" if node_ready(node) == "True" else "False"
+def kubelet_status(
+    pod: JSON, node: JSON, now: str, runs: Mapping[str, JSON] | None = None, phase: str = "Running"
+) -> JSON:
+    """The status a kubelet reports for a started pod: Running, Ready while its node is.
+
+    ``runs`` gives, by container name, the containerStatuses entry of containers that run
+    as processes (``podrunner``); the pod is then Ready only while all of those are."""
+    runs = runs or {}
+    node_is_ready = node_ready(node) == "True"
+    ready = "True" if node_is_ready and all(r.get("ready") for r in runs.values()) else "False"
     old = pod.get("status") or {}
     started = old.get("startTime") or now
 
@@ -261,6 +268,14 @@ def kubelet_status(pod: JSON, node: JSON, now: str) -> JSON:
 
     containers = []
     for c in (pod.get("spec") or {}).get("containers") or []:
+        if c.get("name", "") in runs:
+            containers.append(
+                {
+                    **runs[c.get("name", "")],
+                    "ready": bool(node_is_ready and runs[c.get("name", "")].get("ready")),
+                }
+            )
+            continue
         containers.append(
             {
                 "name": c.get("name", ""),
@@ -282,7 +297,7 @@ def kubelet_status(pod: JSON, node: JSON, now: str) -> JSON:
         "192.0.2.250",
     )
     return {
-        "phase": "Running",
+        "phase": phase,
         "conditions": [
             cond("PodReadyToStartContainers", "True"),
             cond("Initialized", "True"),
@@ -312,7 +327,16 @@ def status_differs(old: JSON, new: JSON) -> bool:
         return (
             status.get("phase"),
             sorted((c.get("type"), c.get("status")) for c in status.get("conditions") or []),
-            [(c.get("name"), c.get("ready")) for c in status.get("containerStatuses") or []],
+            [
+                (
+                    c.get("name"),
+                    c.get("ready"),
+                    c.get("restartCount", 0),
+                    sorted(c.get("state") or {}),
+                    ((c.get("state") or {}).get("waiting") or {}).get("reason"),
+                )
+                for c in status.get("containerStatuses") or []
+            ],
         )
 
     return bool(shape(old) != shape(new))

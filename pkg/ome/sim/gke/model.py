@@ -199,19 +199,85 @@ def node_object(pool: Pool, index: int, now: str) -> JSON:
                 {"type": "InternalIP", "address": f"192.0.2.{index + 1}"},
                 {"type": "Hostname", "address": name},
             ],
-            "nodeInfo": {
-                "architecture": "amd64",
-                "bootID": f"boot-{name}",
-                "containerRuntimeVersion": "containerd://1.7.0",
-                "kernelVersion": "6.1.0-sim",
-                "kubeProxyVersion": "v1.32.0",
-                "kubeletVersion": "v1.32.0",
-                "machineID": f"machine-{name}",
-                "operatingSystem": "linux",
-                "osImage": "Container-Optimized OS (simulated)",
-                "systemUUID": f"uuid-{name}",
+            "nodeInfo": _node_info(name),
+        },
+    }
+
+
+#: The general-purpose pool of untainted nodes (``Options.system_nodes``), where pods that
+#: tolerate no TPU taint, such as the manager's, are scheduled.
+SYSTEM_POOL = "default-pool"
+
+
+def system_node_names(count: int) -> list[str]:
+    return [f"gke-{SYSTEM_POOL}-node-{i}" for i in range(count)]
+
+
+def system_node_object(index: int, now: str) -> JSON:
+    """A general-purpose node of the default pool: no taint, no TPUs, CPU and memory."""
+    name = system_node_names(index + 1)[index]
+    capacity = {
+        "cpu": "8",
+        "memory": "32768Mi",
+        "ephemeral-storage": "100Gi",
+        "pods": "110",
+    }
+    allocatable = {**capacity, "cpu": "7910m", "memory": "29000Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                NODEPOOL_LABEL: SYSTEM_POOL,
+                POOL_LABEL: SYSTEM_POOL,
             },
         },
+        "spec": {"providerID": f"gce://sim/{SYSTEM_POOL}/{name}"},
+        "status": {
+            "capacity": capacity,
+            "allocatable": allocatable,
+            "conditions": ready_conditions(
+                "True", "KubeletReady", "kubelet is posting ready status", now
+            ),
+            "addresses": [
+                {"type": "InternalIP", "address": f"192.0.2.{200 + index}"},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": _node_info(name),
+        },
+    }
+
+
+def kubelet_endpoint_status(node: JSON, port: int) -> JSON:
+    """The status fields that point the API server at the kubelet API on 127.0.0.1:``port``
+    (``kubectl logs`` goes there): InternalIP 127.0.0.1 and the kubelet endpoint port."""
+    addresses = [
+        {"type": "InternalIP", "address": "127.0.0.1"},
+        *(
+            a
+            for a in (node.get("status") or {}).get("addresses") or []
+            if a.get("type") != "InternalIP"
+        ),
+    ]
+    return {"addresses": addresses, "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}
+
+
+def _node_info(name: str) -> JSON:
+    return {
+        "architecture": "amd64",
+        "bootID": f"boot-{name}",
+        "containerRuntimeVersion": "containerd://1.7.0",
+        "kernelVersion": "6.1.0-sim",
+        "kubeProxyVersion": "v1.32.0",
+        "kubeletVersion": "v1.32.0",
+        "machineID": f"machine-{name}",
+        "operatingSystem": "linux",
+        "osImage": "Container-Optimized OS (simulated)",
+        "systemUUID": f"uuid-{name}",
     }
 
 

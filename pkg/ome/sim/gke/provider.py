@@ -14,6 +14,8 @@ import heapq
 import itertools
 import logging
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -41,6 +44,7 @@ from ome.runtime.rest import BINDINGS, CRDS, LEASES, NODES, PODS, Rest
 from ome.tpuslice.shape import ShapeError
 
 from . import decide
+from .kubeletapi import KubeletServer, LogStore
 from .model import (
     ACTIVATING,
     ACTIVE,
@@ -60,15 +64,21 @@ from .model import (
     TPU_TAINT,
     Pool,
     condition,
+    kubelet_endpoint_status,
     node_object,
     slice_state,
+    system_node_names,
+    system_node_object,
     truthy,
 )
+from .podrunner import PodRunner
+from .serviceproxy import ServiceProxy
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 
 SLICES = Resource(SLICE_GROUP, SLICE_VERSION, SLICE_PLURAL, namespaced=False)
+SERVICES = Resource("", "v1", "services")
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 UNREACHABLE_TAINT = {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}
@@ -101,6 +111,18 @@ class Options:
     status_interval: float = 60.0
     #: auto: schedule pods only when the cluster has no kube-scheduler (no Lease for it).
     scheduler: str = "auto"
+    #: Untainted general-purpose nodes (``gke-default-pool-node-<i>``, no TPUs), for pods
+    #: that tolerate no TPU taint, such as the manager's.
+    system_nodes: int = 0
+    #: Image repositories (without the tag) whose pods on our nodes run as processes
+    #: (``podrunner``: the image's entrypoint is ``ome-manager``). Non-empty turns the
+    #: kubelet API on too.
+    run_images: tuple[str, ...] = ()
+    #: Serve the kubelet API's container logs (``kubeletapi``) and advertise it on our
+    #: nodes (InternalIP 127.0.0.1, daemonEndpoints), so that ``kubectl logs`` works.
+    kubelet_api: bool = False
+    #: Where pods' logs and kubeconfigs go; empty: a temporary directory, removed on stop.
+    pod_dir: str = ""
 
 
 def install_slice_crd(rest: Rest, timeout: float = 30.0) -> bool:
@@ -162,7 +184,17 @@ class Provider:
         )
         self._pods_by_node: dict[str, set[str]] = {}
         self._index_lock = threading.Lock()
-        self._our_nodes = {n for p in pools for n in p.node_names()}
+        self._tpu_nodes = {n for p in pools for n in p.node_names()}
+        self._system_nodes = set(system_node_names(self.options.system_nodes))
+        self._our_nodes = self._tpu_nodes | self._system_nodes
+        self.logs: LogStore | None = None
+        self.kubelet_server: KubeletServer | None = None
+        self.runner: PodRunner | None = None
+        #: kube-proxy's stand-in and the Services it proxies, with run_images only
+        self.services: Informer | None = None
+        self.proxy: ServiceProxy | None = None
+        self._pod_dir: Path | None = None
+        self._own_pod_dir = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -170,6 +202,11 @@ class Provider:
         self, progress: Callable[[str], None] = lambda _msg: None, timeout: float = 60.0
     ) -> None:
         self.scheduling = self._want_scheduler()
+        if self.options.kubelet_api or self.options.run_images:
+            self._start_kubelet(progress)
+        if self.options.system_nodes:
+            progress(f"creating node pool default-pool: {self.options.system_nodes} nodes")
+            self._ensure_system_nodes()
         for pool in self.pools:
             progress(
                 f"creating node pool {pool.name}: {pool.size} {pool.tpu_type} {pool.mode} hosts"
@@ -182,9 +219,21 @@ class Provider:
             EventHandler(self._node_event, lambda _o, n: self._node_event(n), self._node_event)
         )
         self.pods.add_handler(EventHandler(self._pod_added, self._pod_updated, self._pod_deleted))
-        for informer in (self.nodes, self.pods, self.slices):
+        informers = [self.nodes, self.pods, self.slices]
+        if self.runner is not None:
+            self.services = Informer(self.rest, SERVICES)
+            self.proxy = ServiceProxy(self.services.list, self.pods.list)
+            self.services.add_handler(
+                EventHandler(
+                    lambda _s: self._enqueue(("services",)),
+                    lambda _o, _n: self._enqueue(("services",)),
+                    lambda _s: self._enqueue(("services",)),
+                )
+            )
+            informers.append(self.services)
+        for informer in informers:
             informer.start()
-        for informer in (self.nodes, self.pods, self.slices):
+        for informer in informers:
             if not informer.wait_for_sync(timeout):
                 raise TimeoutError(
                     f"the provider's {informer.name} cache did not fill in {timeout:.0f}s"
@@ -205,8 +254,63 @@ class Provider:
         self._queue.put(("stop",))
         if self._thread is not None:
             self._thread.join(10)
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.services is not None:
+            self.services.stop()
+        if self.runner is not None:
+            self.runner.stop()
+        if self.kubelet_server is not None:
+            self.kubelet_server.stop()
         for informer in (self.slices, self.nodes, self.pods):
             informer.stop()
+        if self._own_pod_dir and self._pod_dir is not None:
+            shutil.rmtree(self._pod_dir, ignore_errors=True)
+
+    def _start_kubelet(self, progress: Callable[[str], None]) -> None:
+        if self.options.pod_dir:
+            self._pod_dir = Path(self.options.pod_dir)
+            self._pod_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self._pod_dir = Path(tempfile.mkdtemp(prefix="ome-sim-pods-"))
+            self._own_pod_dir = True
+        self.logs = LogStore(self._pod_dir / "logs")
+        self.kubelet_server = KubeletServer(self.logs)
+        self.kubelet_server.start()
+        progress(f"kubelet API (container logs) on https://127.0.0.1:{self.kubelet_server.port}")
+        if self.options.run_images:
+            self.runner = PodRunner(
+                self.rest,
+                self.logs,
+                self.options.run_images,
+                lambda key: self._enqueue(("pod", key)),
+                self._pod_dir / "pods",
+            )
+            self.runner.start()  # its thread forks the processes and lives as long as we do
+            progress(f"running pods of {', '.join(self.options.run_images)} as processes")
+
+    def _ensure_system_nodes(self) -> None:
+        now = now_rfc3339()
+        for i, name in enumerate(system_node_names(self.options.system_nodes)):
+            self._create_node(system_node_object(i, now))
+            self._renew_lease(name)
+
+    def _create_node(self, node: JSON) -> None:
+        name = node["metadata"]["name"]
+        if self.kubelet_server is not None:
+            node["status"].update(kubelet_endpoint_status(node, self.kubelet_server.port))
+        try:
+            self.rest.create(NODES, node)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            if self.kubelet_server is not None:  # a node of an earlier run: this port now
+                self.rest.patch(
+                    NODES,
+                    name,
+                    {"status": kubelet_endpoint_status(node, self.kubelet_server.port)},
+                    subresource="status",
+                )
 
     def _want_scheduler(self) -> bool:
         if self.options.scheduler in ("on", "off"):
@@ -222,11 +326,7 @@ class Provider:
     def _ensure_nodes(self, pool: Pool) -> None:
         now = now_rfc3339()
         for i, name in enumerate(pool.node_names()):
-            try:
-                self.rest.create(NODES, node_object(pool, i, now))
-            except ApiException as e:
-                if e.status != 409:
-                    raise
+            self._create_node(node_object(pool, i, now))
             self._renew_lease(name)
 
     # -- the queue -----------------------------------------------------------------------
@@ -287,6 +387,9 @@ class Provider:
             self._kubelet(item[1])
         elif kind == "schedule":
             self._schedule()
+        elif kind == "services":
+            if self.proxy is not None:
+                self.proxy.sync()
         elif kind == "heartbeat":
             self._heartbeat()
             self._after(self.options.heartbeat_interval, ("heartbeat",))
@@ -346,6 +449,8 @@ class Provider:
     def _pod_deleted(self, gone: JSON | DeletedFinalStateUnknown) -> None:
         pod = deleted_object(gone)
         self._index_pod(pod, False)
+        if self.runner is not None and pod["metadata"].get("uid"):
+            self.runner.gone(pod["metadata"]["uid"])
         if self.scheduling:
             self._enqueue(("schedule",))
 
@@ -608,7 +713,7 @@ class Provider:
             for t in (node.get("spec") or {}).get("taints") or []
             if t.get("key") not in (NOT_READY_TAINT["key"], UNREACHABLE_TAINT["key"])
         ]
-        if not any(t.get("key") == TPU_TAINT["key"] for t in taints):
+        if name in self._tpu_nodes and not any(t.get("key") == TPU_TAINT["key"] for t in taints):
             taints.append(dict(TPU_TAINT))
         if status == "False":
             taints.append(dict(NOT_READY_TAINT))
@@ -695,7 +800,10 @@ class Provider:
         meta = pod["metadata"]
         if truthy((node["metadata"].get("annotations") or {}).get(KNOB["unreachable"])):
             return  # an unreachable kubelet reports nothing
+        runner = self.runner if self.runner is not None and self.runner.matches(pod) else None
         if meta.get("deletionTimestamp"):
+            if runner is not None and not runner.terminate(pod, key):
+                return  # the runner says when its processes are gone
             try:
                 self.rest.delete(
                     PODS, meta["name"], meta["namespace"], uid=meta["uid"], grace_period_seconds=0
@@ -707,7 +815,13 @@ class Provider:
             return
         if not decide.pod_active(pod):
             return
-        status = decide.kubelet_status(pod, node, now_rfc3339())
+        if runner is not None:
+            runner.sync(pod, key)
+            runs = runner.statuses(meta["uid"])
+            assert runs is not None
+            status = decide.kubelet_status(pod, node, now_rfc3339(), runs[0], runs[1])
+        else:
+            status = decide.kubelet_status(pod, node, now_rfc3339())
         if decide.status_differs(pod.get("status") or {}, status):
             self.rest.patch(
                 PODS,

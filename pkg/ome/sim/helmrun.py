@@ -1,0 +1,191 @@
+"""OME installed as the guide's Step 1 does it: ``helm upgrade --install ome
+charts/ome-resources --namespace ome -f values.yaml``, then a wait for the rollout, on the
+real control plane (``ome-sim run --control-plane kube``, ``--manager pod``).
+
+The manager then runs as the Deployment's pod: the provider's kubelet stand-in starts it as
+a process (``Options.run_images``) and maps its container ports to free loopback ports,
+which it writes on the pod (annotation ``sim.ome.io/ports``); its kube-proxy stand-in
+serves the webhook Service at its (loopback) ClusterIP, so kube-apiserver calls the webhook
+as the chart configures it. `metrics_relay` gives the metrics a URL that outlives pods.
+
+Helm itself is hack/helm.sh's pinned binary; ``kubectl rollout status``'s rule is
+`rollout_done`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from ome.kube import Resource
+from ome.runtime.rest import PODS, Rest
+
+from . import system
+from .gke.serviceproxy import Relay
+
+JSON = dict[str, Any]
+
+DEPLOYMENTS = Resource("apps", "v1", "deployments")
+RELEASE = "ome"
+DEPLOYMENT = "ome-controller-manager"
+SELECTOR = "control-plane=ome-controller-manager"
+PORTS_ANNOTATION = "sim.ome.io/ports"
+WEBHOOK_PORT = "9443"
+METRICS_PORT = "8080"
+#: The chart's image repository: the pods the kubelet stand-in runs as processes.
+MANAGER_IMAGE = "ghcr.io/moirai-internal/ome-manager"
+
+
+def helm_binary(root: Path) -> str:
+    """hack/helm.sh's helm (installed into the tools cache on first use)."""
+    script = root / "hack" / "helm.sh"
+    if not script.is_file():
+        raise system.StartError(f"{script} not found: run from the repository's root")
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise system.StartError(f"{script} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def guide_values(root: Path, ready_timeout: str | None) -> str:
+    """config/samples/values.yaml (the guide's Step 1 block), with another readyTimeout."""
+    path = root / "config" / "samples" / "values.yaml"
+    try:
+        values = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise system.StartError(f"cannot read {path}: {e}") from None
+    if ready_timeout is not None:
+        values["ome"]["controller"]["tpuSliceProvisioning"]["slice"]["readyTimeout"] = ready_timeout
+    return str(yaml.safe_dump(values, sort_keys=False))
+
+
+def upgrade_install(
+    helm: str, kubeconfig: Path, root: Path, values: str, progress: Callable[[str], None]
+) -> None:
+    """The guide's command, with the chart's path for its OCI reference."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="values-") as f:
+        f.write(values)
+        f.flush()
+        command = [
+            helm,
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(root / "charts" / "ome-resources"),
+            "--namespace",
+            system.NAMESPACE,
+            "-f",
+            f.name,
+        ]
+        progress(
+            "helm upgrade --install ome charts/ome-resources --namespace ome -f values.yaml "
+            "(the guide's Step 1 values)"
+        )
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env={"KUBECONFIG": str(kubeconfig), "HOME": str(kubeconfig.parent), "PATH": ""},
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise system.StartError(f"helm upgrade --install failed: {proc.stderr.strip()}")
+
+
+def rollout_done(deployment: JSON) -> tuple[bool, str]:
+    """``kubectl rollout status``'s rule for a Deployment: done, or what it waits for."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation", 0)
+    wanted = int(spec.get("replicas", 1))
+    updated = int(status.get("updatedReplicas", 0))
+    replicas = int(status.get("replicas", 0))
+    available = int(status.get("availableReplicas", 0))
+    if int(status.get("observedGeneration", 0)) < generation:
+        return False, "waiting for the deployment spec update to be observed"
+    if updated < wanted:
+        return False, f"{updated} out of {wanted} new replicas have been updated"
+    if replicas > updated:
+        return False, f"{replicas - updated} old replicas are pending termination"
+    if available < updated:
+        return False, f"{available} of {updated} updated replicas are available"
+    return True, f'deployment "{deployment["metadata"]["name"]}" successfully rolled out'
+
+
+def wait_rollout(
+    rest: Rest,
+    timeout: float,
+    progress: Callable[[str], None],
+    stop: threading.Event,
+) -> None:
+    """Until the manager's Deployment has rolled out (or ``stop``), saying what it waits
+    for whenever that changes."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while not stop.is_set():
+        try:
+            done, why = rollout_done(rest.get(DEPLOYMENTS, DEPLOYMENT, system.NAMESPACE))
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            done, why = False, f"deployment {DEPLOYMENT} not created yet"
+        if done:
+            progress(why)
+            return
+        if why != last:
+            progress(f"waiting for the rollout: {why}")
+            last = why
+        if time.monotonic() > deadline:
+            raise system.StartError(
+                f"the manager's rollout did not finish within {timeout:.0f}s: {why}"
+            )
+        stop.wait(0.2)
+
+
+def ready(pod: JSON) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+    )
+
+
+def mapped_ports(pod: JSON) -> dict[str, int]:
+    """The kubelet stand-in's map of the pod's containerPorts to loopback ports."""
+    raw = (pod["metadata"].get("annotations") or {}).get(PORTS_ANNOTATION)
+    try:
+        ports = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return {str(k): int(v) for k, v in ports.items()} if isinstance(ports, dict) else {}
+
+
+def serving_pod(rest: Rest) -> JSON | None:
+    """The newest ready manager pod with its webhook port mapped, if any."""
+    pods = rest.list(PODS, system.NAMESPACE, label_selector=SELECTOR).get("items") or []
+    candidates = [p for p in pods if ready(p) and WEBHOOK_PORT in mapped_ports(p)]
+    candidates.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+    return candidates[-1] if candidates else None
+
+
+def metrics_relay(rest: Rest) -> Relay:
+    """A stable ``127.0.0.1:<port>`` for the manager's metrics, relayed to the serving
+    manager pod's mapped metrics port at each connection: pods change with every rollout,
+    the printed URL does not (what ``kubectl port-forward deployment/...`` gives)."""
+
+    def resolve() -> int | None:
+        try:
+            pod = serving_pod(rest)
+        except (ApiException, HTTPError, OSError):
+            return None
+        return mapped_ports(pod).get(METRICS_PORT) if pod else None
+
+    return Relay("127.0.0.1", 0, resolve)
