@@ -626,11 +626,11 @@ def point_webhooks_at_url(rest: Rest, configs: list[JSON], port: int) -> None:
     of the manager on loopback, keeping the caBundle the manager filled in (the manager is
     run with ``--webhook-host 127.0.0.1``, so its certificate names that address).
 
-    Why not the Service: kube-apiserver dials a webhook Service through its ClusterIP, which
-    needs kube-proxy, or with ``--enable-aggregator-routing`` through its endpoints, and
-    neither Endpoints nor EndpointSlices may hold a loopback address (``may not be in the
-    loopback range``). ``clientConfig.url`` is the one route a real apiserver takes to a
-    process on 127.0.0.1 (docs/embedded-apiserver.md)."""
+    For ``--manager process``, whose manager is no pod: kube-apiserver dials a webhook
+    Service at its ClusterIP, which the provider's kube-proxy stand-in relays only to pods
+    it runs, and Endpoints and EndpointSlices may not hold a loopback address (``may not be
+    in the loopback range``). ``clientConfig.url`` reaches a process on 127.0.0.1
+    (docs/embedded-apiserver.md)."""
 
     def change(client_config: JSON) -> None:
         service = client_config.pop("service", None)
