@@ -91,6 +91,21 @@ def _ome_sim() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "ome.sim.cli"]
 
 
+def guide_sample(name: str) -> str:
+    """config/samples/qwen3-tpu-isvc.yaml (the guide's InferenceService and its namespace)
+    as YAML, with ``name`` for both the namespace and the service."""
+    import yaml
+
+    docs = list(
+        yaml.safe_load_all((ROOT / "config" / "samples" / "qwen3-tpu-isvc.yaml").read_text())
+    )
+    for doc in docs:
+        doc["metadata"]["name"] = name
+        if doc["kind"] != "Namespace":
+            doc["metadata"]["namespace"] = name
+    return str(yaml.safe_dump_all(docs))
+
+
 def control_plane() -> str:
     return os.environ.get("OME_E2E_CONTROL_PLANE") or "embedded"
 

@@ -9,9 +9,8 @@ import json
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
-from test.e2e.conftest import ROOT, Environment
+from test.e2e.conftest import ROOT, Environment, guide_sample
 from test.helpers import eventually
 from test.unit.test_rbac import AUDIT, BY_NAME, NAMESPACE, SERVICE_ACCOUNT, SLICES
 
@@ -101,14 +100,7 @@ def test_a_verb_taken_away_is_one_clear_403_line_in_the_managers_log(kube: Envir
     del role["metadata"]["resourceVersion"]
     kube.kubectl("replace", "-f", "-", input=json.dumps(role))
     before = len((kube.manager_log_text() or "").splitlines())
-    docs = list(
-        yaml.safe_load_all((ROOT / "config" / "samples" / "qwen3-tpu-isvc.yaml").read_text())
-    )
-    for doc in docs:
-        doc["metadata"]["name"] = NS if doc["kind"] == "Namespace" else ISVC
-        if doc["kind"] != "Namespace":
-            doc["metadata"]["namespace"] = NS
-    probe = yaml.safe_dump_all(docs)
+    probe = guide_sample(NS)
     try:
         kube.kubectl("apply", "-f", "-", input=probe)
 

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
-from test.e2e.conftest import ROOT, Environment
+from test.e2e.conftest import ROOT, Environment, guide_sample
 from test.helpers import eventually
 from test.unit.test_chart import CHART, SAMPLE_VALUES, helm_binary
 
@@ -187,14 +187,7 @@ def test_the_manager_doesnt_start_after_a_bad_upgrade_and_the_old_one_keeps_serv
     assert guide.ready_pods() == serving  # the old manager was not taken away
 
     # It still serves: a service applied meanwhile gets its Slice.
-    docs = list(
-        yaml.safe_load_all((ROOT / "config" / "samples" / "qwen3-tpu-isvc.yaml").read_text())
-    )
-    for doc in docs:
-        doc["metadata"]["name"] = "step1-probe"
-        if doc["kind"] != "Namespace":
-            doc["metadata"]["namespace"] = "step1-probe"
-    guide.env.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    guide.env.kubectl("apply", "-f", "-", input=guide_sample("step1-probe"))
     eventually(
         lambda: guide.env.kubectl(
             "get",
@@ -229,14 +222,7 @@ def test_no_slices_item_2_a_manager_started_without_the_slice_crd_says_so(guide:
     guide.run(ROLLOUT)
     # Once the old pod is gone (it terminates after the rollout), grep finds nothing.
     eventually(lambda: guide.run(NO_CRD_LOG, check=False).returncode == 1, timeout=90)
-    docs = list(
-        yaml.safe_load_all((ROOT / "config" / "samples" / "qwen3-tpu-isvc.yaml").read_text())
-    )
-    for doc in docs:
-        doc["metadata"]["name"] = "step1-crd"
-        if doc["kind"] != "Namespace":
-            doc["metadata"]["namespace"] = "step1-crd"
-    guide.env.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    guide.env.kubectl("apply", "-f", "-", input=guide_sample("step1-crd"))
     guide.env.kubectl(
         "wait",
         "--for=condition=Ready",

@@ -36,7 +36,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -54,6 +53,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from ome.runtime.rest import PODS, Rest
+from ome.sim.controlplane import free_port
 from ome.sim.system import CrashLoopBackoff, die_with_parent
 
 from .kubeletapi import LogStore
@@ -295,12 +295,6 @@ def token_kubeconfig(server: str, ca_pem: bytes | None, token: str, namespace: s
         ],
         "current-context": "sim",
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the runtime ---------------------------------------------------------------------------
