@@ -156,6 +156,19 @@ def guide_chart(*args: str) -> str:
     ).stdout
 
 
+def entry(env: Environment) -> str:
+    """The guide's check, in the release's namespace: the ConfigMap's tpuSliceProvisioning."""
+    return env.kubectl(
+        "get",
+        "configmap",
+        "inferenceservice-config",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "jsonpath={.data.tpuSliceProvisioning}",
+    ).stdout
+
+
 def kustomized(env: Environment) -> str:
     return env.kubectl("kustomize", str(ROOT / "config" / "default")).stdout
 
@@ -256,15 +269,7 @@ def test_a_real_install_in_its_own_namespace(own_namespace: Environment, tmp_pat
     assert status["info"]["status"] == "deployed"
 
     # The guide's check, in the release's namespace: the JSON the guide prints.
-    printed = env.kubectl(
-        "get",
-        "configmap",
-        "inferenceservice-config",
-        "-n",
-        NAMESPACE,
-        "-o",
-        "jsonpath={.data.tpuSliceProvisioning}",
-    ).stdout
+    printed = entry(env)
     assert printed == GUIDE_CONFIG_JSON
 
     # The guide's `kubectl logs -l` selector finds the Deployment's pods.
@@ -341,15 +346,7 @@ def test_a_real_install_in_its_own_namespace(own_namespace: Environment, tmp_pat
     slower.write_text(SAMPLE_VALUES.read_text().replace("readyTimeout: 10m", "readyTimeout: 20m"))
     install(env, slower)
     assert pod_checksum(env) != first
-    printed = env.kubectl(
-        "get",
-        "configmap",
-        "inferenceservice-config",
-        "-n",
-        NAMESPACE,
-        "-o",
-        "jsonpath={.data.tpuSliceProvisioning}",
-    ).stdout
+    printed = entry(env)
     assert json.loads(printed)["slice"]["readyTimeout"] == "20m"
     eventually(
         lambda: (

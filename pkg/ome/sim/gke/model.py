@@ -180,15 +180,26 @@ def node_object(pool: Pool, index: int, now: str) -> JSON:
         "pods": "110",
     }
     allocatable = {**capacity, "cpu": "95", "memory": "380000Mi"}
+    node = _node(name, labels, capacity, allocatable, f"192.0.2.{index + 1}", now)
+    node["metadata"]["annotations"] = {PARTITION_ANNOTATION: f"{pool.name}-p{index}"}
+    node["spec"] = {"taints": [dict(TPU_TAINT)], "providerID": f"gce://sim/{pool.name}/{name}"}
+    return node
+
+
+def _node(
+    name: str,
+    labels: dict[str, str],
+    capacity: dict[str, str],
+    allocatable: dict[str, str],
+    address: str,
+    now: str,
+) -> JSON:
+    """A Ready node's object, as a kubelet registers it; its spec is the caller's."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": labels,
-            "annotations": {PARTITION_ANNOTATION: f"{pool.name}-p{index}"},
-        },
-        "spec": {"taints": [dict(TPU_TAINT)], "providerID": f"gce://sim/{pool.name}/{name}"},
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
@@ -196,7 +207,7 @@ def node_object(pool: Pool, index: int, now: str) -> JSON:
                 "True", "KubeletReady", "kubelet is posting ready status", now
             ),
             "addresses": [
-                {"type": "InternalIP", "address": f"192.0.2.{index + 1}"},
+                {"type": "InternalIP", "address": address},
                 {"type": "Hostname", "address": name},
             ],
             "nodeInfo": _node_info(name),
@@ -223,33 +234,16 @@ def system_node_object(index: int, now: str) -> JSON:
         "pods": "110",
     }
     allocatable = {**capacity, "cpu": "7910m", "memory": "29000Mi"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                NODEPOOL_LABEL: SYSTEM_POOL,
-                POOL_LABEL: SYSTEM_POOL,
-            },
-        },
-        "spec": {"providerID": f"gce://sim/{SYSTEM_POOL}/{name}"},
-        "status": {
-            "capacity": capacity,
-            "allocatable": allocatable,
-            "conditions": ready_conditions(
-                "True", "KubeletReady", "kubelet is posting ready status", now
-            ),
-            "addresses": [
-                {"type": "InternalIP", "address": f"192.0.2.{200 + index}"},
-                {"type": "Hostname", "address": name},
-            ],
-            "nodeInfo": _node_info(name),
-        },
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        NODEPOOL_LABEL: SYSTEM_POOL,
+        POOL_LABEL: SYSTEM_POOL,
     }
+    node = _node(name, labels, capacity, allocatable, f"192.0.2.{200 + index}", now)
+    node["spec"] = {"providerID": f"gce://sim/{SYSTEM_POOL}/{name}"}
+    return node
 
 
 def kubelet_endpoint_status(node: JSON, port: int) -> JSON:
