@@ -186,6 +186,13 @@ def test_the_manager_doesnt_start_after_a_bad_upgrade_and_the_old_one_keeps_serv
     assert "topology 2x1x1 is 2 chips, not a whole number of 4-chip hosts" in logs, logs
     assert guide.ready_pods() == serving  # the old manager was not taken away
 
+    def status_column() -> str:
+        row = guide.env.kubectl("get", "pod", crashing, "-n", "ome", "--no-headers").stdout
+        return row.split()[2] if row.strip() else ""
+
+    # It is restarted with the kubelet's backoff, which kubectl shows.
+    eventually(lambda: status_column() == "CrashLoopBackOff", timeout=90, interval=0.5)
+
     # It still serves: a service applied meanwhile gets its Slice.
     guide.env.kubectl("apply", "-f", "-", input=guide_sample("step1-probe"))
     eventually(
