@@ -73,16 +73,32 @@ class Environment:
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: int = 60
     ) -> subprocess.CompletedProcess[str]:
+        return self.tool(
+            shutil.which("kubectl") or "kubectl", *args, input=input, check=check, timeout=timeout
+        )
+
+    def tool(
+        self,
+        binary: str,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        timeout: int = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """``binary`` (kubectl, helm) with this environment's KUBECONFIG and HOME, from the
+        repository's root; a failure is an AssertionError with its output when ``check``."""
         proc = subprocess.run(
-            [shutil.which("kubectl") or "kubectl", *args],
+            [binary, *args],
             input=input,
             capture_output=True,
             text=True,
             env=self.env(),
             timeout=timeout,
+            cwd=ROOT,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
+            name = Path(binary).name
+            raise AssertionError(f"{name} {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")
         return proc
 
 
@@ -161,6 +177,15 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environmen
         yield Environment(Path(given), home, os.environ.get("OME_E2E_METRICS_URL"))
         return
     yield from start_system(tmp_path_factory.mktemp("cluster"), home, "--activation-delay", "1s")
+
+
+@pytest.fixture(scope="module")
+def kube(environment: Environment) -> Iterator[Environment]:
+    """The environment, when its server is kube-apiserver (RBAC enforced); else the test is
+    skipped: the embedded server has no RBAC, and ``make e2e-kube`` runs it."""
+    if not environment.enforces_rbac():
+        pytest.skip("the server enforces no RBAC (the embedded one): make e2e-kube runs this")
+    yield environment
 
 
 @pytest.fixture(scope="session")

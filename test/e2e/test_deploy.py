@@ -66,27 +66,12 @@ NAMESPACE = RELEASE
 JSON = dict[str, object]
 
 
-@pytest.fixture(scope="module")
-def kube(environment: Environment) -> Iterator[Environment]:
-    if not environment.enforces_rbac():
-        pytest.skip("the server enforces no RBAC (the embedded one): make e2e-kube runs this")
-    yield environment
-
-
 def helm(
     env: Environment, *args: str, check: bool = True, timeout: int = 90
 ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [helm_binary(), "--kubeconfig", str(env.kubeconfig), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env.env(),
-        timeout=timeout,
+    return env.tool(
+        helm_binary(), "--kubeconfig", str(env.kubeconfig), *args, check=check, timeout=timeout
     )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stderr}{proc.stdout}")
-    return proc
 
 
 def documents(text: str) -> list[dict[str, object]]:

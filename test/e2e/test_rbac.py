@@ -6,7 +6,6 @@ the verb does. Skipped where the server enforces no RBAC (the embedded one)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,13 +24,6 @@ CLUSTER_SCOPED = {
     "validatingwebhookconfigurations.admissionregistration.k8s.io",
 }
 VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
-
-
-@pytest.fixture(scope="module")
-def kube(environment: Environment) -> Iterator[Environment]:
-    if not environment.enforces_rbac():
-        pytest.skip("the server enforces no RBAC (the embedded one): make e2e-kube runs this")
-    yield environment
 
 
 def can_i(env: Environment, verb: str, resource: str) -> str:
