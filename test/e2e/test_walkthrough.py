@@ -59,13 +59,16 @@ class Shell:
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
         self.vars: dict[str, str] = {}
+        #: ``export`` lines of the README, run before every command as a user's shell would
+        self.exports: list[str] = []
 
     def __call__(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         assert command in README, f"the README does not show this command:\n{command}"
         return self.run(command, check)
 
     def run(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        exports = "".join(f"{k}='{v}'\n" for k, v in self.vars.items())
+        exports = "".join(f"{line}\n" for line in self.exports)
+        exports += "".join(f"{k}='{v}'\n" for k, v in self.vars.items())
         proc = subprocess.run(
             ["bash", "-c", "set -o pipefail\n" + exports + command],
             env=self.environment.env(),
@@ -77,6 +80,11 @@ class Shell:
         if check and proc.returncode != 0:
             raise AssertionError(f"{command}\nfailed ({proc.returncode}):\n{proc.stderr}")
         return proc
+
+    def export(self, line: str) -> None:
+        """Run the README's ``export`` line before every later command."""
+        assert line in README, f"the README does not show:\n{line}"
+        self.exports.append(line)
 
     def set(self, assignment: str) -> str:
         """Run ``NAME=$(...)`` as the README shows it and keep NAME for later steps."""
@@ -91,9 +99,19 @@ class Shell:
         return [line for line in self(command).stdout.splitlines() if line.strip()]
 
 
+#: The README's line that puts the ``kubectl ome`` plugin on the PATH.
+PLUGIN_PATH = 'export PATH="$PWD/.venv/bin:$PATH"'
+
+
 @pytest.fixture(scope="module")
 def walk(environment: Environment) -> Iterator[Shell]:
-    yield Shell(environment)
+    shell = Shell(environment)
+    shell.export(PLUGIN_PATH)
+    yield shell
+
+
+def instance_status(index: int) -> str:
+    return f"kubectl ome instance status qwen3-tpu {index} --component engine -n qwen3-tpu -o wide"
 
 
 def block(start: str) -> str:
@@ -129,6 +147,9 @@ def test_step_2_and_3_a_slice_per_instance_then_the_pod_confined_to_it(walk: She
         r"jsonpath='{.spec.nodeSelector.cloud\.google\.com/gke-tpu-slice}'"
     ).stdout
     assert selector == rows[1].split()[0]
+    shown = walk.lines(instance_status(0))
+    assert shown[:2] == ["FIELD       VALUE", "state       Ready"], shown
+    assert f"pod         slice={selector}" in shown
 
 
 def test_multi_host_a_leader_and_a_worker_share_one_slice(walk: Shell) -> None:
@@ -242,6 +263,43 @@ def test_slice_release_deferred_while_another_workload_holds_chips(walk: Shell) 
     walk("kubectl delete namespace tpu-batch")
     eventually(lambda: second not in walk(OWNED).stdout, timeout=60)
     assert name in walk(OWNED).stdout
+
+
+def test_pods_wait_for_a_slice_shown_by_kubectl_ome(walk: Shell) -> None:
+    """A ninth Instance on make run's 8-host pool: its Slice waits for its partition, and
+    ``kubectl ome`` says so in the words of its lastFailure."""
+    nodes = walk.run(
+        "kubectl get nodes -l cloud.google.com/gke-accelerator-topology-mode=PROVISION_ONLY "
+        "--no-headers"
+    ).stdout.splitlines()
+    assert len(nodes) == 8, "the README counts on make run's 8 provision-only hosts"
+    walk(scale(9))
+
+    def waiting() -> list[str]:
+        rows = walk.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")
+        return [r for r in rows[1:] if r.split()[2] == "8" and "is waiting for partition" in r]
+
+    (row,) = eventually(waiting, timeout=60)
+    cells = row.split()
+    assert cells[:4] == ["qwen3-tpu", "engine", "8", "0"] and cells[7:10] == [
+        "<none>",
+        "<none>",
+        "0/1",
+    ], row
+    assert row.endswith(f"slice {cells[4]} is waiting for partition assignment"), row
+    shown = walk.lines(instance_status(8))
+    assert "failure     reason=CapacityProvisioning" in shown, shown
+    assert "op hold     waiting=CapacityProvisioning" in shown, shown
+    assert "op timing   deadline=-" in shown, shown
+    message = (
+        "failure     message=CapacityProvisioning: pod qwen3-tpu-engine-8-default-0 is withheld "
+        f"until its capacity is ready: slice {cells[4]} is waiting for partition assignment"
+    )
+    assert message in shown, shown
+    walk(scale(1))
+    eventually(
+        lambda: len(walk.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")) == 2, timeout=90
+    )
 
 
 def test_clean_up_leaves_no_slice(walk: Shell) -> None:

@@ -688,11 +688,32 @@ def suspects(obs: Observed) -> list[str]:
     return sorted(out)
 
 
+_HELD = ": pod {pod} is withheld until its capacity is ready: "
+
+
+def hold_failure_message(token: str, pod: str, reason: str) -> str:
+    """E7: the ``lastFailure.message`` of a held operation: ``<token>: pod <pod> is withheld
+    until its capacity is ready: <reason>``."""
+    return f"{token}{_HELD.format(pod=pod)}{reason}"
+
+
+def hold_reason(failure: object) -> str | None:
+    """The hold's own reason (what ``hold_failure_message`` was given) from a stored
+    ``lastFailure``, or None when the failure is not a hold's record."""
+    if not isinstance(failure, dict):
+        return None
+    token, pod, message = failure.get("reason"), failure.get("podName"), failure.get("message")
+    if not (isinstance(token, str) and isinstance(pod, str) and isinstance(message, str)):
+        return None
+    prefix = f"{token}{_HELD.format(pod=pod)}"
+    return message[len(prefix) :] if message.startswith(prefix) else None
+
+
 def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> None:
     """E7/E8: the operation waits on the token, its deadline parked (null)."""
     op["waiting"] = hold.token
     op["deadline"] = None
-    message = f"{hold.token}: pod {pod} is withheld until its capacity is ready: {hold.message}"
+    message = hold_failure_message(hold.token, pod, hold.message)
     previous = row.get("lastFailure") or {}
     keep_time = previous.get("reason") == hold.token and previous.get("message") == message
     row["lastFailure"] = {
