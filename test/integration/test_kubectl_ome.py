@@ -414,6 +414,11 @@ def test_bad_arguments_get_one_line_and_exit_1(guide: Env, tmp_path: Path) -> No
     wait_ready(env, "qwen3-tpu")
     garbage = tmp_path / "garbage"
     garbage.write_text("{not: [a kubeconfig")
+    closed = tmp_path / "closed"  # a kubeconfig whose server listens nowhere
+    doc = yaml.safe_load(env.cluster.kubeconfig.read_text())
+    for entry in doc["clusters"]:
+        entry["cluster"]["server"] = "https://127.0.0.1:1"
+    closed.write_text(yaml.safe_dump(doc))
     cases = {
         ("instance", "status", "nope", "0", "--component", "engine", "-n", NS): (
             'error: inferenceservice "nope" not found in namespace "qwen3-tpu"'
@@ -448,6 +453,17 @@ def test_bad_arguments_get_one_line_and_exit_1(guide: Env, tmp_path: Path) -> No
         ("--kubeconfig", str(garbage), "slices"): None,
         ("--kubeconfig", str(tmp_path / "missing"), "slices"): None,
         ("--context", "elsewhere", "slices"): None,
+        ("--kubeconfig", str(closed), "slices", "-n", NS): (
+            "error: cannot reach the API server at https://127.0.0.1:1: HTTPSConnection("
+            "host='127.0.0.1', port=1): Failed to establish a new connection: [Errno 111] "
+            "Connection refused"
+        ),
+        ("-A", "instance", "status", "qwen3-tpu", "0", "--component", "engine"): (
+            "error: instance status reads one namespace: drop -A"
+        ),
+        ("slices", "qwen3-tpu", "-A"): (
+            "error: ISVC names a service of one namespace: drop -A, or use -n"
+        ),
         ("slices", "--ome-namespace", "elsewhere"): (
             "error: configmap elsewhere/inferenceservice-config not found: TPU slice "
             "provisioning is off, or OME runs in another namespace (--ome-namespace)"

@@ -181,11 +181,13 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _api_error(error: BaseException, what: str) -> CommandError:
+def _api_error(error: BaseException, server: str) -> str:
+    """One line for an API or transport error: what the server said, or why it could not
+    be reached."""
     if isinstance(error, ApiException):
-        return CommandError(f"{what}: {describe_error(error)}")
+        return f"the API server at {server} answered {describe_error(error)}"
     reason = getattr(error, "reason", None) or error
-    return CommandError(f"{what}: cannot reach the API server: {_first_line(reason)}")
+    return f"cannot reach the API server at {server}: {_first_line(reason)}"
 
 
 def _get(rest: Rest, res: Any, name: str, namespace: str | None) -> JSON | None:
@@ -322,12 +324,15 @@ def slices_view(rest: Rest, args: argparse.Namespace, namespace: str | None) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "instance" and args.all_namespaces:
+        sys.stderr.write("error: instance status reads one namespace: drop -A\n")
+        return 1
+    server = "?"
     try:
         rest, context_namespace = connect(args.kubeconfig, args.context)
+        server = str(rest.api_client.configuration.host)
         namespace = args.namespace or context_namespace
         if args.command == "instance":
-            if args.all_namespaces:
-                raise CommandError("instance status reads one namespace: drop -A")
             out = instance_status(rest, args, namespace)
         else:
             out = slices_view(rest, args, None if args.all_namespaces else namespace)
@@ -335,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return 1
     except (ApiException, HTTPError, OSError) as e:
-        sys.stderr.write(f"error: {_api_error(e, 'reading the cluster')}\n")
+        sys.stderr.write(f"error: {_api_error(e, server)}\n")
         return 1
     sys.stdout.write(out)
     return 0
