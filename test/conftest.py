@@ -304,6 +304,13 @@ class _KubeCluster:
                             else f"{collection}/{md['name']}"
                         )
                         self.call("PATCH", path, {"metadata": {"finalizers": None}})
+            # ... or what a controller recorded since about what went, such as
+            # kube-controller-manager's events about a deleted node: removed again.
+            for prefix, resource in DEFAULT_KINDS:
+                for obj in self.items(f"{prefix}/namespaces/default/{resource}"):
+                    name = obj["metadata"]["name"]
+                    if (resource, name) not in SYSTEM_OBJECTS:
+                        self._remove(f"{prefix}/namespaces/default/{resource}/{name}", obj)
             time.sleep(0.1)
 
 
