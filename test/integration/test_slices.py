@@ -428,6 +428,43 @@ def test_the_manager_only_ever_creates_and_deletes_slices(env: Env) -> None:
         assert acc.total(verb, "slices/status", MANAGER_AGENT) == 0
 
 
+def test_one_services_lifecycle_writes_what_a_user_reads_and_no_more(env: Env) -> None:
+    """The writes of a guide service from create to gone: the replica created with its
+    teardown finalizer (no patch to add it) and one patch taking it off; the Instance's row
+    written when the user would read something new (held, pods created, Ready), not for
+    each state its Slice passes through; one Slice and one pod created and deleted."""
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    replica = env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)
+    assert replica["metadata"]["finalizers"] == ["ome.io/ir-teardown"]
+    env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--timeout=60s")
+    eventually(lambda: env.slices() == [] and env.pods() == [], timeout=60)
+    acc = env.cluster.server.accounting
+    written = {
+        (verb, resource): acc.total(verb, resource, MANAGER_AGENT)
+        for verb in ("create", "update", "patch", "delete")
+        for resource in (
+            "inferencereplicas",
+            "inferencereplicas/status",
+            "inferenceservices/status",
+            "slices",
+            "pods",
+        )
+    }
+    assert {k: v for k, v in written.items() if v} == {
+        ("create", "inferencereplicas"): 1,
+        ("patch", "inferencereplicas"): 1,
+        ("update", "inferencereplicas/status"): 3,
+        ("update", "inferenceservices/status"): 2,
+        ("create", "slices"): 1,
+        ("delete", "slices"): 1,
+        ("create", "pods"): 1,
+        ("delete", "pods"): 1,
+    }
+
+
 def hold_chips_on(env: Env, node: str) -> None:
     """Another workload's pod, bound to ``node``, holding one chip (tpu-batch/indexer-0)."""
     env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import (
+    HOLD_REWORD_AFTER,
     LABEL_REPLICA,
     Hold,
     Observed,
@@ -417,6 +418,49 @@ def test_a_hold_parks_the_create_and_its_release_starts_the_deadline(runners: li
     assert op["lastProgressAt"] == rfc(released_at)
     assert op["step"] == "WaitReady"
     assert released.rows[0]["phase"] == "Creating"
+
+
+def test_a_new_wording_of_the_same_hold_waits_until_the_record_has_stood_5s() -> None:
+    """E7 with fewer status writes: a Slice's quick passage through its states (no
+    partitions, ACTIVATING, ...) is not recorded state by state; the record changes at most
+    every ``HOLD_REWORD_AFTER``, and the plan wakes when the new wording is due."""
+    rep = replica(single())
+    first = plan(Observed(rep, [], NOW), holds=(hold_all("CapacityProvisioning", "no partition"),))
+    record = first.rows[0]["lastFailure"]
+    activating = hold_all("CapacityProvisioning", "slice s is ACTIVATING")
+    soon = NOW + timedelta(seconds=2)
+    kept = plan(Observed(with_rows(rep, first.rows), [], soon), holds=(activating,))
+    assert kept.rows[0]["lastFailure"] == record, "the record stands: no write for the rewording"
+    assert kept.requeue_after == pytest.approx(3.0)
+    due = NOW + HOLD_REWORD_AFTER
+    reworded = plan(Observed(with_rows(rep, kept.rows), [], due), holds=(activating,))
+    assert reworded.rows[0]["lastFailure"]["message"].endswith(": slice s is ACTIVATING")
+    assert reworded.rows[0]["lastFailure"]["time"] == rfc(due)
+    assert reworded.requeue_after == 5.0
+    # Another token is another hold: recorded at once.
+    other = plan(
+        Observed(with_rows(rep, first.rows), [], soon),
+        holds=(hold_all("SliceDemandInvalid", "pods cannot be placed"),),
+    )
+    assert other.rows[0]["lastFailure"]["reason"] == "SliceDemandInvalid"
+    assert other.rows[0]["lastFailure"]["time"] == rfc(soon)
+
+
+@pytest.mark.parametrize("runners", [single(), multi(size=2)], ids=["single", "multi"])
+def test_the_row_counts_the_pods_it_creates_until_the_cache_shows_them(runners: list[JSON]) -> None:
+    """One status write for a create: the pass that creates the pods counts them, and so does
+    a pass before the cache shows them (they are expected), so podCount never goes back."""
+    rep = replica(runners)
+    first = plan(Observed(rep, [], NOW))
+    count = len(first.create)
+    assert first.rows[0]["podCount"] == count
+    expected = frozenset(names(first.create))
+    lagging = plan(Observed(with_rows(rep, first.rows), [], NOW, expected_new=expected))
+    assert lagging.rows[0]["podCount"] == count and lagging.create == []
+    shown = [running(p, ready=False) for p in first.create]
+    caught_up = plan(Observed(with_rows(rep, lagging.rows), shown, NOW))
+    assert caught_up.rows[0]["podCount"] == count
+    assert caught_up.rows[0] == lagging.rows[0], "nothing changed: no status write"
 
 
 def test_the_first_hold_that_answers_wins_and_none_lets_pods_through() -> None:

@@ -476,7 +476,7 @@ class InferenceReplicaReconciler:
             )
         finalizers = [f for f in meta.get("finalizers") or [] if f != TEARDOWN_FINALIZER]
         try:
-            self.client.patch(
+            stored = self.client.patch(
                 INFERENCE_REPLICAS,
                 meta["name"],
                 {
@@ -491,6 +491,10 @@ class InferenceReplicaReconciler:
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
+            return None
+        # A pass before the cache shows the replica gone reads it without our finalizer,
+        # and leaves it alone, instead of patching again.
+        self._written.wrote(key, meta["resourceVersion"], stored)
         return None
 
 

@@ -362,11 +362,16 @@ def settle(out: Plan, holds: Mapping[int, Hold]) -> Plan:
     for index, p in sorted(out.pending.items()):
         hold = holds.get(index)
         if hold is not None:
-            _park(p.row, p.op, hold, p.pods[0]["metadata"]["name"], p.now)
-            out.wake_in(5.0)
+            due = _park(p.row, p.op, hold, p.pods[0]["metadata"]["name"], p.now)
+            out.wake_in(due if due is not None else 5.0)
             continue
         _unpark(p.row, p.op, p.now, p.timeout)
-        out.create.extend(_creatable(out, p.pods, p.there))
+        created = _creatable(out, p.pods, p.there)
+        out.create.extend(created)
+        if p.op.get("type") in ("Create", "Restart"):
+            # The row counts the pods this pass creates, as the next pass will: one status
+            # write, not a second one once the cache shows them.
+            p.row["podCount"] = int(p.row.get("podCount") or 0) + len(created)
         p.op["step"] = p.step
         _deadline(out, p.row, p.op, p.now)
     out.pending = {}
@@ -480,6 +485,8 @@ def _plan_instance(
     stale = [p for name, p in mine.items() if name not in {w["metadata"]["name"] for w in wanted}]
     _delete(out, stale)
     _counts(row, present)
+    # Pods we created that the cache does not show yet count too, as ``settle`` counted them.
+    row["podCount"] += sum(1 for p in missing if p["metadata"]["name"] in obs.expected_new)
     if op is None:
         # No operation: the Instance was Ready. While a pod is unready it waits, with no new
         # operation (a pod confirmed gone rebuilds it, above); it is Ready again, since now,
@@ -709,12 +716,28 @@ def hold_reason(failure: object) -> str | None:
     return message[len(prefix) :] if message.startswith(prefix) else None
 
 
-def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> None:
-    """E7/E8: the operation waits on the token, its deadline parked (null)."""
+#: E7: how long a hold's record stands before another wording of the same hold replaces it.
+#: A new Slice goes through its states (no partitions, partitions and no state, ACTIVATING,
+#: hosts not visible yet) within seconds; recording each would be a status write apiece. So
+#: while the same pod is held on the same token, the record changes at most this often, and
+#: the pass it is due in is the one the plan wakes for: a wait that lasts reads true within
+#: this long, a wait of a few seconds costs one write.
+HOLD_REWORD_AFTER = timedelta(seconds=5)
+
+
+def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> float | None:
+    """E7/E8: the operation waits on the token, its deadline parked (null). Returns the
+    seconds until a new wording of the same hold is due (``HOLD_REWORD_AFTER``), when it
+    was kept back; None when the record is up to date."""
     op["waiting"] = hold.token
     op["deadline"] = None
     message = hold_failure_message(hold.token, pod, hold.message)
     previous = row.get("lastFailure") or {}
+    same_hold = previous.get("reason") == hold.token and previous.get("podName") == pod
+    if same_hold and previous.get("message") != message:
+        since = parse_time(previous.get("time"))
+        if since is not None and timedelta(0) <= now - since < HOLD_REWORD_AFTER:
+            return (HOLD_REWORD_AFTER - (now - since)).total_seconds()
     keep_time = previous.get("reason") == hold.token and previous.get("message") == message
     row["lastFailure"] = {
         "podName": pod,
@@ -724,6 +747,7 @@ def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> None:
         "message": message,
         "time": previous.get("time") if keep_time else rfc3339(now),
     }
+    return None
 
 
 def _unpark(row: JSON, op: JSON, now: datetime, timeout: timedelta | None) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import (
+    FINALIZER_IR_TEARDOWN,
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
     controller_reference,
@@ -20,6 +21,7 @@ from ome.kube import JSON
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
+from ome.runtime.expectations import LatestWrites
 from ome.runtime.informer import Informer
 from ome.runtime.rest import status_of
 
@@ -62,6 +64,9 @@ class InferenceServiceReconciler:
         self.runtimes, self.cluster_runtimes = runtimes, cluster_runtimes
         self.models, self.cluster_models = models, cluster_models
         self.recorder = recorder
+        #: our last status write per service, until the cache shows it (a pass before then
+        #: would write the same status again, against the version it replaced: a 409)
+        self._written: LatestWrites[JSON] = LatestWrites()
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferenceservice", self.reconcile, workers=workers)
@@ -77,8 +82,14 @@ class InferenceServiceReconciler:
 
     def reconcile(self, key: str) -> Result | None:
         isvc = self.services.get(key)
-        if isvc is None or isvc["metadata"].get("deletionTimestamp"):
+        if isvc is None:
+            self._written.forget(key)
+            return None
+        if isvc["metadata"].get("deletionTimestamp"):
             return None  # its replicas go with it: they are owned
+        written = self._written.get(key, str(isvc["metadata"].get("resourceVersion", "")))
+        if written is not None:
+            isvc = copy.deepcopy(written)  # the cache has not caught up with our write
         ns = isvc["metadata"]["namespace"]
         generation = int(isvc["metadata"].get("generation", 1))
         spec = isvc.get("spec") or {}
@@ -251,6 +262,9 @@ class InferenceServiceReconciler:
                             "namespace": ns,
                             "labels": labels,
                             "ownerReferences": [controller_reference(isvc, "InferenceService")],
+                            # The replica's teardown finalizer from the start: the replica's
+                            # controller would otherwise add it in a write of its own.
+                            "finalizers": [FINALIZER_IR_TEARDOWN],
                         },
                         "spec": spec,
                     },
@@ -309,9 +323,13 @@ class InferenceServiceReconciler:
             return None
         body = copy.deepcopy(isvc)
         body["status"] = status
+        meta = isvc["metadata"]
         try:
-            self.client.replace(
-                INFERENCE_SERVICES, body, isvc["metadata"]["namespace"], subresource="status"
+            stored = self.client.replace(
+                INFERENCE_SERVICES, body, meta["namespace"], subresource="status"
+            )
+            self._written.wrote(
+                f"{meta['namespace']}/{meta['name']}", str(meta.get("resourceVersion", "")), stored
             )
         except ApiException as e:
             if e.status == 404:
