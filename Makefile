@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint run stress e2e-kube kube-binaries crds clean
+.PHONY: setup test lint run stress bench e2e-kube kube-binaries crds clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,11 @@ stress: setup
 # kube-controller-manager built from their Go modules (hack/e2e-kube.sh says how). The first
 # run builds them (about 7 minutes on two cores, cached machine-wide); then about 5 minutes.
 # Without Go it says so and succeeds; `make test` never needs it.
+# Provisioning at scale (ome-sim bench): about 20 minutes; ARGS=--quick runs the CI's
+# 3-minute version. The JSON report goes to .ome/bench/.
+bench: setup
+	$(BIN)/ome-sim bench $(ARGS)
+
 e2e-kube: setup
 	BIN=$(BIN) hack/e2e-kube.sh
 

@@ -532,7 +532,37 @@ def build_parser() -> argparse.ArgumentParser:
     prov.add_argument("--kubeconfig", required=True, type=Path, help="the cluster to play GKE in")
     _provider_flags(prov)
     prov.set_defaults(func=_provider)
+
+    bench = sub.add_parser(
+        "bench",
+        help="measure provisioning at scale (make bench)",
+        description="Run the benchmark scenarios on the embedded cluster with the provider "
+        "simulator, each of the API server, the provider and the manager in its own process: "
+        "a bare pod create as the unit, bursts of services created and deleted at once "
+        "(reaction, throughput, writes per lifecycle), the same names again, a steady state "
+        "and a cold start. Prints a summary with the README's goals and writes JSON; exits 1 "
+        "when a scenario does not converge or writes more than 3x the ideal.",
+    )
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="smaller scenarios (bursts of 1, 20 and 100; about 3 minutes), for CI",
+    )
+    bench.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".ome/bench"),
+        help="where the JSON report (<timestamp>.json) and the stage's logs go "
+        "(default: .ome/bench)",
+    )
+    bench.set_defaults(func=_bench)
     return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run  # noqa: PLC0415 - only this subcommand needs it
+
+    return run(args.quick, args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
