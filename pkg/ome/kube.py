@@ -8,14 +8,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import quote
+
+_T = TypeVar("_T")
 
 #: A Kubernetes object, or any part of one, as the API server sends it.
 JSON = dict[str, Any]
 
 #: Pod phases a pod never leaves: it holds nothing any more.
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def json_copy(value: _T) -> _T:
+    """A deep copy of a JSON value (dicts, lists and scalars, as ``json.loads`` makes them).
+
+    Written by hand: ``copy.deepcopy`` handles any object graph (a memo of every object, a
+    dispatch per type), which makes it four times slower on JSON, and caches and the
+    embedded API server copy JSON objects on every read.
+    """
+    return cast(_T, _copy(value))
+
+
+def _copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

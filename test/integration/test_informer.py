@@ -87,6 +87,18 @@ def test_readers_cannot_change_the_cache(informer: tuple[Informer, Recorder], re
     assert inf.keys() == ["default/a"]
 
 
+def test_peek_list_shows_the_cache_itself_for_scans_that_only_read(
+    informer: tuple[Informer, Recorder], rest: Rest
+) -> None:
+    inf, _ = informer
+    rest.create(CONFIGMAPS, configmap("a"), "default")
+    rest.create(CONFIGMAPS, configmap("b"), "default")
+    eventually(lambda: len(inf.keys()) == 2)
+    peeked = inf.peek_list()
+    assert sorted(o["metadata"]["name"] for o in peeked) == ["a", "b"]
+    assert inf.peek_list()[0] is inf.peek_list()[0], "no copies: the cached objects themselves"
+
+
 def test_a_dropped_watch_resumes_without_a_relist(
     informer: tuple[Informer, Recorder], rest: Rest, cluster: Cluster
 ) -> None:

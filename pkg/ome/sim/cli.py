@@ -555,6 +555,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the JSON report (<timestamp>.json) and the stage's logs go "
         "(default: .ome/bench)",
     )
+    bench.add_argument(
+        "--bursts",
+        type=_sizes,
+        default=(),
+        metavar="N,N,...",
+        help="burst sizes instead of the plan's (1,50,500,2000; --quick 1,20,100): the two "
+        "largest are compared, and the largest is burst again with the same names",
+    )
     bench.set_defaults(func=_bench)
     return parser
 
@@ -562,7 +570,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run  # noqa: PLC0415 - only this subcommand needs it
 
-    return run(args.quick, args.out)
+    return run(args.quick, args.out, args.bursts)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sizes such as 1,50,500, not {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive: {text!r}")
+    return sizes
 
 
 def main(argv: list[str] | None = None) -> int:

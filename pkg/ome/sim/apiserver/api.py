@@ -9,7 +9,6 @@ It never speaks HTTP: the HTTP layer decodes requests and encodes what this retu
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import random
 import uuid
@@ -17,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from ome.kube import json_copy
 
 from . import errors
 from .admission import AdmissionAttributes, WebhookDispatcher
@@ -262,7 +263,7 @@ class APIServer:
         old: JSON | None,
         opts: WriteOptions,
     ) -> None:
-        configs = [copy.deepcopy(c) for c in self.store.items(VWC_KEY)]
+        configs = [json_copy(c) for c in self.store.items(VWC_KEY)]
         if not configs:
             return
         ns_labels: dict[str, str] | None = None
@@ -282,8 +283,8 @@ class APIServer:
             name=name,
             namespace=namespace if rt.namespaced else "",
             namespaced=rt.namespaced,
-            object=self.present(rt, version, copy.deepcopy(obj)) if obj is not None else None,
-            old_object=self.present(rt, version, copy.deepcopy(old)) if old is not None else None,
+            object=self.present(rt, version, json_copy(obj)) if obj is not None else None,
+            old_object=self.present(rt, version, json_copy(old)) if old is not None else None,
             dry_run=opts.dry_run,
             options=opts.options,
             user_agent=opts.user_agent,
@@ -338,7 +339,7 @@ class APIServer:
             if opts.limit and len(items) >= opts.limit:
                 remaining += 1
                 continue
-            items.append(self.present(rt, version, copy.deepcopy(obj)))
+            items.append(self.present(rt, version, json_copy(obj)))
         if remaining:
             last = items[-1]["metadata"]
             cont = self._encode_continue(list_rv, (last.get("namespace", ""), last["name"]))
@@ -465,7 +466,7 @@ class APIServer:
             )
 
         def mutate(_current: JSON) -> JSON:
-            return copy.deepcopy(new)
+            return json_copy(new)
 
         return await self._guaranteed_update(
             rt, version, namespace, name, subresource, opts, mutate, given_rv
@@ -486,7 +487,7 @@ class APIServer:
             raise errors.unsupported_media_type(content_type)
 
         def mutate(current: JSON) -> JSON:
-            served = self.present(rt, version, copy.deepcopy(current))
+            served = self.present(rt, version, json_copy(current))
             if content_type == "application/json-patch+json":
                 patched = apply_json_patch(served, patch_body)
             elif content_type == "application/merge-patch+json":
@@ -529,7 +530,7 @@ class APIServer:
             old_rv = old["metadata"]["resourceVersion"]
             if precondition_rv and precondition_rv != old_rv:
                 raise errors.conflict(rt.plural, rt.group, name, errors.STALE)
-            new = mutate(copy.deepcopy(old))
+            new = mutate(json_copy(old))
             new = self._merge_for_update(rt, version, old, new, subresource, opts, name)
             if _same(old, new):
                 return self.present(rt, version, old)
@@ -559,7 +560,7 @@ class APIServer:
     ) -> JSON:
         """Apply what the server owns: immutable metadata, status/spec split, generation."""
         if subresource == "status":
-            merged = copy.deepcopy(old)
+            merged = json_copy(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -567,7 +568,7 @@ class APIServer:
             new = merged
         elif rt.status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = json_copy(old["status"])
             else:
                 new.pop("status", None)
         meta, old_meta = new["metadata"], old["metadata"]
@@ -621,7 +622,7 @@ class APIServer:
             if fins is None:
                 spec.pop("finalizers", None)
             else:
-                spec["finalizers"] = copy.deepcopy(fins)
+                spec["finalizers"] = json_copy(fins)
         if subresource != "status" or rt.custom:
             self._schema_checks(rt, version, new, opts, name)
         if rt.has_generation:
@@ -655,7 +656,7 @@ class APIServer:
             final = self.store.remove(rt.key, okey)
             assert final is not None and current is not None
             self._after_remove(rt, final)
-            answer = copy.deepcopy(new)
+            answer = json_copy(new)
             answer["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             return answer
         stored = self.store.put(rt.key, okey, new)
@@ -689,7 +690,7 @@ class APIServer:
         rt = self.registry.by_key(*NAMESPACES)
         assert rt is not None
         old = self._must_get(rt, "", name)
-        new = copy.deepcopy(old)
+        new = json_copy(old)
         new.setdefault("spec", {})["finalizers"] = finalizers
         return self._commit_update(rt, ("", name), new)
 
@@ -742,7 +743,7 @@ class APIServer:
         current = self.store.peek(rt.key, okey)
         if current is None or current["metadata"]["uid"] != meta["uid"]:
             raise errors.not_found(rt.plural, rt.group, name)
-        obj = copy.deepcopy(current)
+        obj = json_copy(current)
         meta = obj["metadata"]
         if opts.dry_run:
             return self.present(rt, version, obj), False
@@ -962,7 +963,7 @@ class APIServer:
 
 
 def _same(old: JSON, new: JSON) -> bool:
-    a, b = copy.deepcopy(old), copy.deepcopy(new)
+    a, b = json_copy(old), json_copy(new)
     for o in (a, b):
         o["metadata"].pop("resourceVersion", None)
     return bool(a == b)

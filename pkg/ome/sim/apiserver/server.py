@@ -25,6 +25,8 @@ from urllib.parse import unquote
 import yaml
 from aiohttp import web
 
+from ome.kube import json_copy
+
 from . import errors, protobuf
 from .admission import WebhookDispatcher
 from .api import APIServer, ListOptions, Selection, WriteOptions
@@ -621,6 +623,11 @@ class EmbeddedAPIServer:
 
             async def send(change: Change) -> None:
                 nonlocal columns_sent, done
+                if output.mode == "json":
+                    for etype in self._event_types(t, sel, change):
+                        await response.write(self._encoded(t, change, etype))
+                    done = change.rv
+                    return
                 for etype, obj in self._translate(t, sel, change):
                     columns_sent = await self._send(
                         response, t, output, q, etype, obj, columns_sent
@@ -684,22 +691,41 @@ class EmbeddedAPIServer:
                 await result
 
     def _translate(self, t: Target, sel: Selection, change: Change) -> list[tuple[str, JSON]]:
+        """The events of ``change`` for this watcher, each with the object as it sees it."""
+        types = self._event_types(t, sel, change)
+        if not types:
+            return []
+        obj = self.api.present(t.rt, t.version, json_copy(change.obj))
+        return [(etype, obj) for etype in types]
+
+    @staticmethod
+    def _event_types(t: Target, sel: Selection, change: Change) -> list[str]:
         """An object entering the selection is ADDED to this watcher, one leaving it is
         DELETED, as kube's watch cache filters."""
         new_match = sel.matches(t.rt, change.obj)
         old_match = change.old is not None and sel.matches(t.rt, change.old)
-        obj = self.api.present(t.rt, t.version, _copy(change.obj))
         if change.type == "ADDED":
-            return [("ADDED", obj)] if new_match else []
+            return ["ADDED"] if new_match else []
         if change.type == "DELETED":
-            return [("DELETED", obj)] if (old_match or new_match) else []
+            return ["DELETED"] if (old_match or new_match) else []
         if new_match and old_match:
-            return [("MODIFIED", obj)]
+            return ["MODIFIED"]
         if new_match:
-            return [("ADDED", obj)]
+            return ["ADDED"]
         if old_match:
-            return [("DELETED", obj)]
+            return ["DELETED"]
         return []
+
+    def _encoded(self, t: Target, change: Change, etype: str) -> bytes:
+        """The JSON watch event line of ``change``, encoded once per version and type for
+        every watcher of its resource (kube's watch cache serializes once too)."""
+        key = (t.version, etype)
+        line = change.encoded.get(key)
+        if line is None:
+            obj = self.api.present(t.rt, t.version, json_copy(change.obj))
+            line = json.dumps({"type": etype, "object": obj}).encode() + b"\n"
+            change.encoded[key] = line
+        return line
 
     def _bookmark(self, t: Target, rv: int, initial_end: bool = False) -> JSON:
         meta: JSON = {"resourceVersion": str(rv)}
@@ -782,7 +808,7 @@ class EmbeddedAPIServer:
 
 
 def _copy(obj: JSON) -> JSON:
-    return json.loads(json.dumps(obj))  # type: ignore[no-any-return]
+    return json_copy(obj)
 
 
 async def _next(watcher: Watcher) -> Change | None:

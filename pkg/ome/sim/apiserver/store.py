@@ -16,11 +16,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from ome.kube import json_copy
 
 JSON = dict[str, Any]
 TypeKey = tuple[str, str]  # (group, plural)
@@ -36,6 +37,10 @@ class Change:
     tkey: TypeKey
     obj: JSON  # the new object; for DELETED, the last state
     old: JSON | None  # the previous object, for MODIFIED and DELETED
+    #: The watch event lines sent for it, by (API version, event type): encoded once for
+    #: every watcher that sends the same line. Filled and read on the server's event loop
+    #: only, so it needs no lock.
+    encoded: dict[tuple[str, str], bytes] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -71,7 +76,7 @@ class Store:
 
     def get(self, tkey: TypeKey, okey: ObjKey) -> JSON | None:
         obj = self._objects.get(tkey, {}).get(okey)
-        return copy.deepcopy(obj) if obj is not None else None
+        return json_copy(obj) if obj is not None else None
 
     def peek(self, tkey: TypeKey, okey: ObjKey) -> JSON | None:
         """The stored object itself, for read-only checks on the loop thread. Never mutate."""
@@ -106,7 +111,7 @@ class Store:
 
     def put(self, tkey: TypeKey, okey: ObjKey, obj: JSON) -> JSON:
         """Create or replace; stamps the resourceVersion. Returns a copy of what is stored."""
-        stored = copy.deepcopy(obj)
+        stored = json_copy(obj)
         stored["metadata"]["resourceVersion"] = self._next_rv()
         objs = self._objects.setdefault(tkey, {})
         old = objs.get(okey)
@@ -115,7 +120,7 @@ class Store:
         if uid:
             self._by_uid[uid] = (tkey, okey)
         self._record(Change(self.rv, "MODIFIED" if old else "ADDED", tkey, stored, old))
-        return copy.deepcopy(stored)
+        return json_copy(stored)
 
     def remove(self, tkey: TypeKey, okey: ObjKey) -> JSON | None:
         """Delete; the DELETED event carries a new resourceVersion, as etcd's does."""
@@ -123,11 +128,11 @@ class Store:
         old = objs.pop(okey, None)
         if old is None:
             return None
-        final = copy.deepcopy(old)
+        final = json_copy(old)
         final["metadata"]["resourceVersion"] = self._next_rv()
         self._by_uid.pop(old["metadata"].get("uid", ""), None)
         self._record(Change(self.rv, "DELETED", tkey, final, old))
-        return copy.deepcopy(final)
+        return json_copy(final)
 
     def drop_type(self, tkey: TypeKey) -> None:
         """Forget a type whose objects are all gone (a deleted CRD)."""

@@ -10,6 +10,7 @@ for heartbeats.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import logging
@@ -457,17 +458,19 @@ class Provider:
     # -- Slices --------------------------------------------------------------------------
 
     def _hosts_labelled(self, slice_name: str) -> list[JSON]:
+        """Copies of our nodes labelled with the Slice's name (scanned without copying)."""
         return [
-            n
-            for n in self.nodes.list()
+            copy.deepcopy(n)
+            for n in self.nodes.peek_list()
             if n["metadata"]["name"] in self._our_nodes
             and (n["metadata"].get("labels") or {}).get(SLICE_LABEL) == slice_name
         ]
 
     def _hosts_of(self, partitions: list[str]) -> list[JSON]:
+        """Copies of the nodes of these partitions, by name (scanned without copying)."""
         wanted = set(partitions)
         return sorted(
-            (n for n in self.nodes.list() if decide.partition_of(n) in wanted),
+            (copy.deepcopy(n) for n in self.nodes.peek_list() if decide.partition_of(n) in wanted),
             key=lambda n: n["metadata"]["name"],
         )
 
@@ -634,10 +637,12 @@ class Provider:
 
     def _taken(self) -> set[str]:
         """Hosts held by a Slice: by its partitions, or by an assignment not yet seen."""
-        by_partition = {decide.partition_of(n): n["metadata"]["name"] for n in self.nodes.list()}
+        by_partition = {
+            decide.partition_of(n): n["metadata"]["name"] for n in self.nodes.peek_list()
+        }
         taken = {
             by_partition[p]
-            for s in self.slices.list()
+            for s in self.slices.peek_list()
             for p in (s.get("spec") or {}).get("partitionIds") or []
             if p in by_partition
         }
@@ -646,9 +651,10 @@ class Provider:
         return taken
 
     def _assign(self) -> None:
-        slices = [s for s in self.slices.list() if s["metadata"]["name"] not in self._assigned]
+        # Read-only scans (plan_assignments is pure): the cache's objects, not copies.
+        slices = [s for s in self.slices.peek_list() if s["metadata"]["name"] not in self._assigned]
         live = [s for s in slices if SLICE_FINALIZER in (s["metadata"].get("finalizers") or [])]
-        for a in decide.plan_assignments(live, self.nodes.list(), self._taken()):
+        for a in decide.plan_assignments(live, self.nodes.peek_list(), self._taken()):
             current = self.slices.get(a.slice_name)
             if current is None:
                 continue
@@ -667,7 +673,9 @@ class Provider:
     def _move(self, obj: JSON, hosts: list[JSON], token: str) -> None:
         name = obj["metadata"]["name"]
         need = len(hosts) or decide.slice_hosts_needed(obj)
-        free = decide.free_hosts(self.nodes.list(), self._taken()).get(str(obj["spec"]["type"]), [])
+        free = decide.free_hosts(self.nodes.peek_list(), self._taken()).get(
+            str(obj["spec"]["type"]), []
+        )
         if len(free) < need:
             log.warning(
                 "slice %s: cannot move: %d free hosts, %d needed; retrying", name, len(free), need
@@ -835,7 +843,9 @@ class Provider:
     def _schedule(self) -> None:
         if not self.scheduling:
             return
-        pods = self.pods.list()
+        # Read-only scans of every pod and node (the decisions are pure, and what is written
+        # is built anew): the cache's objects, not copies.
+        pods = self.pods.peek_list()
         bound_now = {p["metadata"]["uid"] for p in pods if (p.get("spec") or {}).get("nodeName")}
         alive = {p["metadata"]["uid"] for p in pods}
         used = decide.usage(pods)
@@ -846,7 +856,7 @@ class Provider:
             bucket = used.setdefault(node_name, {})
             for k, v in requests.items():
                 bucket[k] = bucket.get(k, Decimal(0)) + v
-        nodes = self.nodes.list()
+        nodes = self.nodes.peek_list()
         pending = sorted(
             (p for p in pods if _schedulable(p) and p["metadata"]["uid"] not in self._bound),
             key=lambda p: (p["metadata"].get("creationTimestamp", ""), object_key(p)),
