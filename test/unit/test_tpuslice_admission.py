@@ -23,9 +23,10 @@ assert CONFIG is not None
 def run(case: Case) -> tuple[Verdict, int]:
     reads = 0
 
-    def read_nodes() -> set[str] | None:
+    def read_nodes(accelerators: frozenset[str]) -> set[str] | None:
         nonlocal reads
         reads += 1
+        assert accelerators <= {"tpu7x", "tpu-v5-lite-podslice"}, accelerators
         return {"provision-only": {"tpu7x"}, "static": set(), "fail": None}[case.nodes]
 
     new, old = copy.deepcopy(case.new), copy.deepcopy(case.old)
@@ -53,13 +54,13 @@ def test_the_denial_names_the_replica_and_the_controllers_own_reason() -> None:
 
 
 def test_a_valid_demand_is_admitted_even_when_the_nodes_cannot_be_read() -> None:
-    verdict = decide("CREATE", VALID, None, CONFIG, lambda: None)
+    verdict = decide("CREATE", VALID, None, CONFIG, lambda _: None)
     assert verdict == Verdict(True, "demand valid")
 
 
 def test_an_update_from_a_not_opted_in_object_that_introduces_the_problem_is_denied() -> None:
     old = replica(runner(chips=2, opted=False))
-    verdict = decide("UPDATE", IDLE_CHIPS, old, CONFIG, lambda: {"tpu7x"})
+    verdict = decide("UPDATE", IDLE_CHIPS, old, CONFIG, lambda _: {"tpu7x"})
     assert not verdict.allowed and verdict.why == "demand invalid"
 
 
@@ -103,8 +104,23 @@ def test_the_decision_never_raises_and_denies_only_with_a_message(
     operation: str, new: dict[str, Any], old: dict[str, Any] | None, nodes: set[str] | None
 ) -> None:
     before = json.dumps([new, old], sort_keys=True, default=str)
-    verdict = decide(operation, new, old, CONFIG, lambda: nodes)
+    verdict = decide(operation, new, old, CONFIG, lambda _: nodes)
     assert json.dumps([new, old], sort_keys=True, default=str) == before
     if not verdict.allowed:
         assert verdict.message.startswith("InferenceReplica ")
         assert ": pods cannot be placed on a provisioned slice: " in verdict.message
+
+
+def test_the_node_read_is_asked_only_about_the_accelerators_the_pods_select() -> None:
+    asked: list[frozenset[str]] = []
+
+    def read_nodes(accelerators: frozenset[str]) -> set[str] | None:
+        asked.append(accelerators)
+        return set(accelerators)
+
+    decide("CREATE", VALID, None, CONFIG, read_nodes)
+    other = copy.deepcopy(VALID)
+    for r in other["spec"]["runners"]:
+        r["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] = "tpu8"
+    decide("UPDATE", other, VALID, CONFIG, read_nodes)
+    assert asked == [frozenset({"tpu7x"}), frozenset({"tpu7x", "tpu8"})]

@@ -231,14 +231,18 @@ class Client:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        limit: int | None = None,
     ) -> builtins.list[JSON]:
-        return self._call(
-            "list",
-            res,
-            namespace,
-            None,
-            lambda: self.rest.list_all(res, namespace, label_selector, field_selector)[0],
-        )
+        """Every matching object, read live (paged); with ``limit``, at most that many, in
+        one request (for a reader that needs to know only whether there is one)."""
+
+        def read() -> builtins.list[JSON]:
+            if limit is not None:
+                page = self.rest.list(res, namespace, label_selector, field_selector, limit=limit)
+                return list(page.get("items") or [])
+            return self.rest.list_all(res, namespace, label_selector, field_selector)[0]
+
+        return self._call("list", res, namespace, None, read)
 
     # -- writes --------------------------------------------------------------------------
 

@@ -21,8 +21,10 @@ from .types import Config
 #: J2: what is logged when the nodes cannot be read and the write is admitted unchecked.
 UNCHECKED_LOG = "Admitting InferenceReplica without checking its TPU slice demand"
 
-#: The accelerator label values with provision-only nodes, or None when the read failed.
-NodeRead = Callable[[], set[str] | None]
+#: Which of the given accelerator label values have provision-only nodes (B6.3), or None
+#: when the read failed. It is asked only about the values the pods select, so that a live
+#: read can be narrowed to them.
+NodeRead = Callable[[frozenset[str]], set[str] | None]
 
 
 def provision_only_accelerators(nodes: list[JSON], config: Config) -> set[str]:
@@ -45,6 +47,17 @@ def _runners(obj: JSON | None) -> list[JSON]:
     spec = (obj or {}).get("spec")
     runners = spec.get("runners") if isinstance(spec, dict) else None
     return [r for r in runners if isinstance(r, dict)] if isinstance(runners, list) else []
+
+
+def selected_accelerators(runners: list[JSON], config: Config) -> set[str]:
+    """The accelerator label values the pods of an Instance of these runners select."""
+    out = set()
+    for spec in dem.instance_pod_specs(runners):
+        selector = spec.get("nodeSelector")
+        value = selector.get(config.accelerator_label) if isinstance(selector, dict) else None
+        if isinstance(value, str):
+            out.add(value)
+    return out
 
 
 def _error(runners: list[JSON], config: Config, provision_only: set[str] | None) -> str | None:
@@ -72,7 +85,10 @@ def decide(
         return Verdict(True, "runners unchanged")
     if not dem.opted_in(runners):
         return Verdict(True, "not opted in")
-    provision_only = read_nodes()
+    asked = selected_accelerators(runners, config)
+    if operation == "UPDATE" and old is not None:
+        asked |= selected_accelerators(_runners(old), config)
+    provision_only = read_nodes(frozenset(asked))
     error = _error(runners, config, provision_only)
     if error is None:
         return Verdict(True, "demand valid")

@@ -9,6 +9,7 @@ operation other than CREATE or UPDATE, or a node read that fails (logged). The c
 from __future__ import annotations
 
 import logging
+import re
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -23,6 +24,9 @@ from ome.tpuslice.types import Config
 
 log = logging.getLogger(__name__)
 
+#: A Kubernetes label value (at most 63 characters, alphanumeric at both ends).
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
 #: Where the manager serves it; config/webhook names the same path.
 PATH = "/validate-ome-io-v1beta1-inferencereplica"
 
@@ -36,13 +40,23 @@ class ReplicaAdmission:
         self.client = client
         self.config = config
 
-    def read_nodes(self) -> set[str] | None:
-        """J1: the provision-only accelerators, read live; None when the read fails."""
+    def read_nodes(self, accelerators: frozenset[str]) -> set[str] | None:
+        """J1: which of ``accelerators`` (the values the pods select) have provision-only
+        nodes, read live; None when a read fails. One read per value, for one node of it
+        (``limit=1``): the answer is whether there is one, and a list of every node on each
+        replica write would cost the API server and the webhook a pool's worth of nodes."""
         assert self.config is not None
+        found: set[str] = set()
         try:
-            nodes = self.client.live_list(
-                NODES, label_selector=dem.provision_only_selector(self.config)
-            )
+            for value in sorted(accelerators):
+                if not _LABEL_VALUE.fullmatch(value):
+                    continue  # no node carries a value that is not a label value
+                selector = (
+                    f"{dem.provision_only_selector(self.config)},"
+                    f"{self.config.accelerator_label}={value}"
+                )
+                nodes = self.client.live_list(NODES, label_selector=selector, limit=1)
+                found |= admission.provision_only_accelerators(nodes, self.config)
         except ApiException as e:
             log.warning(
                 "could not read nodes for InferenceReplica admission: %s %s", e.status, e.reason
@@ -51,7 +65,7 @@ class ReplicaAdmission:
         except (HTTPError, OSError) as e:
             log.warning("could not read nodes for InferenceReplica admission: %s", e)
             return None
-        return admission.provision_only_accelerators(nodes, self.config)
+        return found
 
     def __call__(self, request: AdmissionRequest) -> AdmissionResponse:
         kind = request.kind
