@@ -465,6 +465,42 @@ def test_one_services_lifecycle_writes_what_a_user_reads_and_no_more(env: Env) -
     }
 
 
+def test_teardown_waits_on_the_informer_while_its_slice_goes(env: Env) -> None:
+    """G4: a deleted replica whose Slice GKE is still releasing (held here by a test's
+    finalizer) reads nothing live while it waits; the Slice's going wakes it, and it is gone
+    with it."""
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    (found,) = env.slices()
+    name = found["metadata"]["name"]
+    env.rest.patch(
+        gke.SLICES,
+        name,
+        {"metadata": {"finalizers": [*found["metadata"]["finalizers"], "test.ome.io/keep"]}},
+    )
+    env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--wait=false")
+    eventually(
+        lambda: env.rest.get(gke.SLICES, name)["metadata"].get("deletionTimestamp"), timeout=30
+    )
+    eventually(lambda: env.pods() == [], timeout=30)
+    acc = env.cluster.server.accounting
+    time.sleep(1)  # the passes that saw the Slice and the pod go
+
+    def lists() -> int:
+        return acc.total("list", "slices", MANAGER_AGENT) + acc.total("list", "pods", MANAGER_AGENT)
+
+    before = lists()
+    time.sleep(6)  # longer than the teardown's longest requeue (5 s)
+    assert lists() == before, "no live list while the cache shows the Slice going"
+    assert env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)
+    env.rest.patch(gke.SLICES, name, {"metadata": {"finalizers": None}})
+    eventually(
+        lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)), timeout=30
+    )
+
+
 def hold_chips_on(env: Env, node: str) -> None:
     """Another workload's pod, bound to ``node``, holding one chip (tpu-batch/indexer-0)."""
     env.rest.create(NAMESPACES, {"metadata": {"name": "tpu-batch"}})

@@ -425,6 +425,12 @@ class InferenceReplicaReconciler:
 
     # -- teardown ------------------------------------------------------------------------
 
+    def _delete_alive(self, key: str, namespace: str, pods: list[JSON]) -> None:
+        """Delete (under its UID) each of ``pods`` that is not going already."""
+        for pod in pods:
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(key, namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
+
     def _teardown(self, replica: JSON) -> Result | None:
         """Delete the pods and run the teardown hooks until nothing is in the way, or until
         the teardown deadline: then the deletion finishes anyway, with a Warning that says
@@ -442,14 +448,16 @@ class InferenceReplicaReconciler:
             timeout = DEFAULT_TEARDOWN
         started = parse_time(meta["deletionTimestamp"]) or self.clock()
         blocked: list[str] = []
-        pods: list[JSON] = []
+        label = f"{LABEL_INFERENCE_REPLICA}={meta['name']}"
+        # The pods as the cache shows them while they go, each one's going waking the
+        # replica: the pass waits on the informer, and reads live only to delete what the
+        # cache shows alive, and, before it finishes, to confirm that none is left.
+        cached = self.pods.by_index("replica", key)
+        pods: list[JSON] = cached
         try:
-            pods = self.client.live_list(
-                PODS, ns, label_selector=f"{LABEL_INFERENCE_REPLICA}={meta['name']}"
-            )
-            for pod in pods:
-                if not pod["metadata"].get("deletionTimestamp"):
-                    self._delete_pod(key, ns, pod["metadata"]["name"], pod["metadata"]["uid"])
+            if any(not p["metadata"].get("deletionTimestamp") for p in cached):
+                pods = self.client.live_list(PODS, ns, label_selector=label)
+            self._delete_alive(key, ns, pods)
         except Exception as e:
             if not api_error(e):
                 raise
@@ -464,6 +472,14 @@ class InferenceReplicaReconciler:
             if waiting:
                 blocked.append(waiting)
         past_deadline = self.clock() >= started + timeout
+        if not pods and not blocked and not past_deadline:
+            try:  # none cached and nothing else in the way: confirm, live
+                pods = self.client.live_list(PODS, ns, label_selector=label)
+                self._delete_alive(key, ns, pods)
+            except Exception as e:
+                if not api_error(e):
+                    raise
+                blocked.append(f"deleting pods failed: {describe_error(e)}")
         if (pods or blocked) and not past_deadline:
             left = (started + timeout - self.clock()).total_seconds()
             return Result(requeue_after=max(1.0, min(5.0, left)))

@@ -33,6 +33,7 @@ from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
+from . import messages
 from .act import SliceActor
 from .metrics import SliceMetrics
 from .model import Pod, Replica, slots_of
@@ -232,7 +233,18 @@ class SliceReconcilers:
         return None
 
     def teardown(self, raw: JSON) -> str | None:
+        """G4, G5 for a deleting replica. While the cache shows each of its Slices going (its
+        delete accepted, GKE releasing it behind its finalizer), the pass waits on the
+        informer, whose event of the Slice's going wakes the replica, instead of reading
+        every Slice live on each pass; otherwise (none cached, or one to delete) it acts on
+        live reads, and is done only when one finds none."""
         replica = Replica.from_json(raw)
+        cached = self._owned(replica)
+        _, releasing = self._expected(replica, cached)
+        if cached and all(s.terminating or s.name in releasing for s in cached.values()):
+            return messages.teardown_failed(
+                [messages.still_releasing(name) for name in sorted(cached)], replica.uid
+            )
         waiting = self.actor.teardown(replica)
         if waiting is None:
             self.expectations.forget(replica.key)
