@@ -12,7 +12,7 @@ import base64
 import json
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +27,9 @@ from .registry import Registry, crd_resource_type
 from .resources import ResourceType
 from .schema import StructuralSchema
 from .selectors import (
+    DOUBLE_EQUALS,
+    EQUALS,
+    IN,
     FieldSelector,
     LabelSelector,
     check_field_selector,
@@ -328,8 +331,7 @@ class APIServer:
         items: list[JSON] = []
         cont = ""
         remaining = 0
-        scan_ns = sel.namespace
-        for obj in self.store.items(rt.key, scan_ns):
+        for obj in self._scan(rt, sel):
             meta = obj["metadata"]
             okey = (meta.get("namespace", ""), meta["name"])
             if start is not None and okey <= start:
@@ -353,6 +355,31 @@ class APIServer:
             "metadata": metadata,
             "items": items,
         }
+
+    def _scan(self, rt: ResourceType, sel: Selection) -> Iterator[JSON]:
+        """The stored objects a selection can match, in key order: through the store's
+        indexes when it has an equality label requirement or (pods) a ``spec.nodeName``
+        term, else all of the type. Every one is still matched by the caller."""
+        labels = [
+            (r.key, r.values[0])
+            for r in sel.labels.requirements
+            if r.operator in (EQUALS, DOUBLE_EQUALS) or (r.operator == IN and len(r.values) == 1)
+        ]
+        node = next(
+            (
+                f.value
+                for f in sel.fields.requirements
+                if rt.key == ("", "pods")
+                and f.field == "spec.nodeName"
+                and f.op == EQUALS
+                and f.value  # unbound pods (spec.nodeName=) are not indexed
+            ),
+            None,
+        )
+        keys = self.store.candidates(rt.key, labels, node) if labels or node else None
+        if keys is None:
+            return self.store.items(rt.key, sel.namespace)
+        return self.store.items_among(rt.key, keys, sel.namespace)
 
     def _encode_continue(self, rv: int, key: tuple[str, str]) -> str:
         raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)})

@@ -68,6 +68,11 @@ class Store:
         self.history_size = history_size
         self._objects: dict[TypeKey, dict[ObjKey, JSON]] = {}
         self._by_uid: dict[str, tuple[TypeKey, ObjKey]] = {}
+        #: Keys by (type, label key, label value), and pods' keys by (type, spec.nodeName):
+        #: what a list with an equality label selector or a node's field selector scans
+        #: instead of every object of its type. Kept with ``_objects`` in ``put``/``remove``.
+        self._by_label: dict[tuple[TypeKey, str, str], set[ObjKey]] = {}
+        self._by_node: dict[tuple[TypeKey, str], set[ObjKey]] = {}
         self._watchers: set[Watcher] = set()
         #: Called after every committed change (the garbage collector listens here).
         self.listeners: list[Callable[[Change], None]] = []
@@ -88,6 +93,50 @@ class Store:
         for okey in sorted(objs):
             if namespace is None or okey[0] == namespace:
                 yield objs[okey]
+
+    def candidates(
+        self, tkey: TypeKey, labels: list[tuple[str, str]], node: str | None
+    ) -> set[ObjKey] | None:
+        """The keys that can match every ``key=value`` of ``labels`` and, for pods, the
+        node ``node``, from the indexes; None when neither narrows the scan."""
+        found: set[ObjKey] | None = None
+        buckets = [self._by_label.get((tkey, k, v), set()) for k, v in labels]
+        if node is not None:
+            buckets.append(self._by_node.get((tkey, node), set()))
+        for bucket in sorted(buckets, key=len):
+            found = set(bucket) if found is None else found & bucket
+        return found
+
+    def items_among(
+        self, tkey: TypeKey, keys: set[ObjKey], namespace: str | None = None
+    ) -> Iterator[JSON]:
+        """The stored objects (not copies) at ``keys``, as ``items`` orders them."""
+        objs = self._objects.get(tkey, {})
+        for okey in sorted(keys):
+            if (namespace is None or okey[0] == namespace) and okey in objs:
+                yield objs[okey]
+
+    def _reindex(self, tkey: TypeKey, okey: ObjKey, old: JSON | None, new: JSON | None) -> None:
+        for obj, add in ((old, False), (new, True)):
+            if obj is None:
+                continue
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            entries: list[dict[Any, set[ObjKey]]] = []
+            keys: list[Any] = [(tkey, k, v) for k, v in labels.items() if isinstance(v, str)]
+            entries += [self._by_label] * len(keys)
+            node = (obj.get("spec") or {}).get("nodeName") if tkey == ("", "pods") else None
+            if isinstance(node, str) and node:
+                keys.append((tkey, node))
+                entries.append(self._by_node)
+            for index, key in zip(entries, keys, strict=True):
+                if add:
+                    index.setdefault(key, set()).add(okey)
+                else:
+                    bucket = index.get(key)
+                    if bucket is not None:
+                        bucket.discard(okey)
+                        if not bucket:
+                            del index[key]
 
     def count(self, tkey: TypeKey, namespace: str | None = None) -> int:
         objs = self._objects.get(tkey, {})
@@ -116,6 +165,7 @@ class Store:
         objs = self._objects.setdefault(tkey, {})
         old = objs.get(okey)
         objs[okey] = stored
+        self._reindex(tkey, okey, old, stored)
         uid = stored["metadata"].get("uid")
         if uid:
             self._by_uid[uid] = (tkey, okey)
@@ -128,6 +178,7 @@ class Store:
         old = objs.pop(okey, None)
         if old is None:
             return None
+        self._reindex(tkey, okey, old, None)
         final = json_copy(old)
         final["metadata"]["resourceVersion"] = self._next_rv()
         self._by_uid.pop(old["metadata"].get("uid", ""), None)
