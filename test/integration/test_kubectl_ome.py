@@ -33,6 +33,7 @@ from test.conftest import Cluster, Kubectl
 from test.helpers import eventually
 from test.integration.test_slices import (
     Env,
+    activating_host,
     hold_chips_on,
     make_env,
     opted,
@@ -208,24 +209,12 @@ def slow(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
     yield from make_env(cluster, kubectl, ["tpu7x:provision-only:2"], activation_delay=5.0)
 
 
-def partition_host(env: Env, found: JSON) -> str:
-    partition = found["spec"]["partitionIds"][0]
-    return next(
-        n["metadata"]["name"]
-        for n in env.rest.list(NODES)["items"]
-        if (n["metadata"].get("annotations") or {}).get("sim.ome.io/partition-id") == partition
-    )
-
-
 def test_active_but_a_host_cordoned(slow: Env) -> None:
     """The Slice is ACTIVE with a cordoned host: OME withholds the pod and recycles the Slice
     once nothing holds it; a pod of another workload on that host keeps it where it is."""
     env = slow
     apply_sample(env, "qwen3-tpu-isvc.yaml")
-    found = eventually(
-        lambda: (s := env.slices()) and s[0]["spec"].get("partitionIds") and s[0], timeout=30
-    )
-    host = partition_host(env, found)
+    host = activating_host(env)[1]["metadata"]["name"]
     hold_chips_on(env, host)
     env.kubectl("cordon", host)
     row = held_row(env, "qwen3-tpu-engine", "is cordoned")

@@ -29,6 +29,7 @@ than ``STORM`` times the ideal writes).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -50,6 +51,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ome import user_agent
 from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
+from ome.kube import json_copy
 from ome.provider import gke
 from ome.runtime.informer import DeletedFinalStateUnknown, EventHandler, Informer
 from ome.runtime.rest import NAMESPACES, NODES, PODS, Rest
@@ -347,36 +349,18 @@ class Watcher:
 
 
 def service(name: str, namespace: str) -> JSON:
-    """The guide's InferenceService (one 4-chip tpu7x 2x2x1 Instance), opted in."""
-    return {
-        "apiVersion": "ome.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "deploymentMode": "OMENative",
-            "model": {"name": "qwen3-0-6b"},
-            "runtime": {"name": "srt-qwen3-tpu"},
-            "engine": {
-                "minReplicas": 1,
-                "maxReplicas": 1,
-                "annotations": {"ome.io/tpu-slice-provisioning": "true"},
-                "nodeSelector": {
-                    "cloud.google.com/gke-tpu-accelerator": "tpu7x",
-                    "cloud.google.com/gke-tpu-topology": "2x2x1",
-                },
-                "tolerations": [
-                    {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-                ],
-                "runner": {
-                    "name": "ome-container",
-                    "resources": {
-                        "requests": {"google.com/tpu": 4},
-                        "limits": {"google.com/tpu": 4},
-                    },
-                },
-            },
-        },
-    }
+    """The guide's InferenceService (``config/samples/qwen3-tpu-isvc.yaml``: one 4-chip
+    tpu7x 2x2x1 Instance, opted in), under another name and namespace."""
+    obj = json_copy(_guide_service())
+    obj["metadata"] = {"name": name, "namespace": namespace}
+    return obj
+
+
+@functools.cache
+def _guide_service() -> JSON:
+    """The sample, read once (from the repository's root, where the bench runs)."""
+    docs = system.read_manifests(Path(system.GUIDE_SAMPLE))
+    return next(d for d in docs if d.get("kind") == "InferenceService")
 
 
 def percentile(values: list[float], p: float) -> float:

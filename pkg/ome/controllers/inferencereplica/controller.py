@@ -425,11 +425,22 @@ class InferenceReplicaReconciler:
 
     # -- teardown ------------------------------------------------------------------------
 
-    def _delete_alive(self, key: str, namespace: str, pods: list[JSON]) -> None:
-        """Delete (under its UID) each of ``pods`` that is not going already."""
-        for pod in pods:
-            if not pod["metadata"].get("deletionTimestamp"):
-                self._delete_pod(key, namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
+    def _delete_live(self, key: str, namespace: str, label: str, blocked: list[str]) -> list[JSON]:
+        """The replica's pods, read live, each not going already deleted under its UID; an
+        API error is added to ``blocked`` (and the cache's view is all there is)."""
+        try:
+            pods = self.client.live_list(PODS, namespace, label_selector=label)
+            for pod in pods:
+                if not pod["metadata"].get("deletionTimestamp"):
+                    self._delete_pod(
+                        key, namespace, pod["metadata"]["name"], pod["metadata"]["uid"]
+                    )
+        except Exception as e:
+            if not api_error(e):
+                raise
+            blocked.append(f"deleting pods failed: {describe_error(e)}")
+            return self.pods.by_index("replica", key)
+        return pods
 
     def _teardown(self, replica: JSON) -> Result | None:
         """Delete the pods and run the teardown hooks until nothing is in the way, or until
@@ -454,14 +465,8 @@ class InferenceReplicaReconciler:
         # cache shows alive, and, before it finishes, to confirm that none is left.
         cached = self.pods.by_index("replica", key)
         pods: list[JSON] = cached
-        try:
-            if any(not p["metadata"].get("deletionTimestamp") for p in cached):
-                pods = self.client.live_list(PODS, ns, label_selector=label)
-            self._delete_alive(key, ns, pods)
-        except Exception as e:
-            if not api_error(e):
-                raise
-            blocked.append(f"deleting pods failed: {describe_error(e)}")
+        if any(not p["metadata"].get("deletionTimestamp") for p in cached):
+            pods = self._delete_live(key, ns, label, blocked)
         for hook in self.hooks.teardown:
             try:
                 waiting = hook(replica)
@@ -473,13 +478,8 @@ class InferenceReplicaReconciler:
                 blocked.append(waiting)
         past_deadline = self.clock() >= started + timeout
         if not pods and not blocked and not past_deadline:
-            try:  # none cached and nothing else in the way: confirm, live
-                pods = self.client.live_list(PODS, ns, label_selector=label)
-                self._delete_alive(key, ns, pods)
-            except Exception as e:
-                if not api_error(e):
-                    raise
-                blocked.append(f"deleting pods failed: {describe_error(e)}")
+            # None cached and nothing else in the way: confirm, live.
+            pods = self._delete_live(key, ns, label, blocked)
         if (pods or blocked) and not past_deadline:
             left = (started + timeout - self.clock()).total_seconds()
             return Result(requeue_after=max(1.0, min(5.0, left)))
