@@ -37,9 +37,12 @@ from test.integration.test_slices import (
     hold_chips_on,
     make_env,
     opted,
-    ready_timeout_config,
     the_slice,
+    tight,
+    timing_out,
 )
+
+__all__ = ["tight", "timing_out"]  # test_slices.py's fixtures, the same pools and settings
 
 pytestmark = pytest.mark.kubectl
 
@@ -161,12 +164,6 @@ def wait_ready(env: Env, service: str) -> None:
 
 
 @pytest.fixture
-def tight(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    """One provision-only host (and a static one): a second Slice waits for capacity."""
-    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:1", "tpu7x:static:1"])
-
-
-@pytest.fixture
 def guide(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
     """The guide's pools: a provision-only pool of 4 hosts and a static one of 2."""
     yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4", "tpu7x:static:2"])
@@ -230,17 +227,6 @@ def test_active_but_a_host_cordoned(slow: Env) -> None:
     assert slot["holders"] == ["tpu-batch/indexer-0"]
     (event,) = env.events("SliceHostUnavailable")
     assert event == messages.withheld("engine", 0, slot["waiting"])
-
-
-@pytest.fixture
-def timing_out(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    yield from make_env(
-        cluster,
-        kubectl,
-        ["tpu7x:provision-only:2"],
-        config=ready_timeout_config("2s"),
-        activation_delay=3.0,
-    )
 
 
 def test_a_ready_timeout_recycle_in_progress(timing_out: Env) -> None:
