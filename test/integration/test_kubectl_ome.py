@@ -34,6 +34,7 @@ from test.helpers import eventually
 from test.integration.test_slices import (
     Env,
     activating_host,
+    env,
     hold_chips_on,
     make_env,
     opted,
@@ -42,7 +43,9 @@ from test.integration.test_slices import (
     timing_out,
 )
 
-__all__ = ["tight", "timing_out"]  # test_slices.py's fixtures, the same pools and settings
+#: test_slices.py's fixtures: the guide's pools (env), one provision-only host (tight), and a
+#: 2 s ready timeout (timing_out).
+__all__ = ["env", "tight", "timing_out"]
 
 pytestmark = pytest.mark.kubectl
 
@@ -163,12 +166,6 @@ def wait_ready(env: Env, service: str) -> None:
 # -- the states ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def guide(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    """The guide's pools: a provision-only pool of 4 hosts and a static one of 2."""
-    yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4", "tpu7x:static:2"])
-
-
 def test_waiting_for_partition_while_the_pool_is_full(tight: Env) -> None:
     env = tight
     env.apply(opted("first"))
@@ -255,8 +252,7 @@ def test_a_ready_timeout_recycle_in_progress(timing_out: Env) -> None:
     )  # fmt: skip
 
 
-def test_a_release_deferred_by_a_foreign_pod(guide: Env) -> None:
-    env = guide
+def test_a_release_deferred_by_a_foreign_pod(env: Env) -> None:
     svc = yaml.safe_load_all((SAMPLES / "qwen3-tpu-isvc.yaml").read_text())
     service = next(d for d in svc if d["kind"] == "InferenceService")
     service["spec"]["engine"].update(minReplicas=2, maxReplicas=2)
@@ -290,8 +286,7 @@ def test_a_release_deferred_by_a_foreign_pod(guide: Env) -> None:
     assert lines[1].split()[:5] == ["qwen3-tpu", "engine", "1", "0", name]
 
 
-def test_ready(guide: Env) -> None:
-    env = guide
+def test_ready(env: Env) -> None:
     apply_sample(env, "qwen3-tpu-isvc.yaml")
     wait_ready(env, "qwen3-tpu")
     row = check_state(env, "qwen3-tpu", 0, "ready", held=False)
@@ -356,8 +351,7 @@ def test_a_surge_update_has_two_slices_for_one_instance(tight: Env) -> None:
 # -- as a plugin, and its errors ------------------------------------------------------------
 
 
-def test_kubectl_finds_the_plugin_on_path(guide: Env) -> None:
-    env = guide
+def test_kubectl_finds_the_plugin_on_path(env: Env) -> None:
     apply_sample(env, "qwen3-tpu-isvc.yaml")
     wait_ready(env, "qwen3-tpu")
     kubectl = shutil.which("kubectl")
@@ -383,8 +377,7 @@ def test_kubectl_finds_the_plugin_on_path(guide: Env) -> None:
     assert out.stdout.splitlines()[1].split() == ["state", "Ready"]
 
 
-def test_bad_arguments_get_one_line_and_exit_1(guide: Env, tmp_path: Path) -> None:
-    env = guide
+def test_bad_arguments_get_one_line_and_exit_1(env: Env, tmp_path: Path) -> None:
     apply_sample(env, "qwen3-tpu-isvc.yaml")
     wait_ready(env, "qwen3-tpu")
     garbage = tmp_path / "garbage"
