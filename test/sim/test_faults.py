@@ -285,3 +285,44 @@ def test_kubectl_reports_a_dropped_create_as_a_connection_error(
     assert "Error from server" not in result.stderr, "no HTTP status came back"
     missing = kubectl("get", "configmap", "a", check=False)
     assert missing.returncode != 0 and "NotFound" in missing.stderr, "nothing was created"
+
+
+def test_load_stores_objects_as_given_and_all_or_nothing(
+    cluster: Cluster, kubectl: Kubectl
+) -> None:
+    """``/_sim/load`` (the bench's converged cluster): what is loaded reads back with its
+    uid and status, and watchers see it; one bad item loads nothing and says which."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "loaded", "namespace": "default", "uid": "u-1", "labels": {"a": "b"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    status, body, _ = cluster.request("POST", "/_sim/load", {"items": [pod, node]})
+    assert (status, body) == (200, {"loaded": 2})
+    got = json.loads(kubectl("get", "pod", "loaded", "-o", "json").stdout)
+    assert got["metadata"]["uid"] == "u-1"
+    assert got["status"]["phase"] == "Running"
+    assert kubectl("get", "pods", "-l", "a=b", "-o", "name").stdout.split() == ["pod/loaded"]
+    assert kubectl("get", "node", "n1", "-o", "name").stdout.strip() == "node/n1"
+
+    for items, says in [
+        ([{**node, "metadata": {"name": "n2"}}, pod], "item 1: Pod default/loaded already exists"),
+        ([{**node, "metadata": {"name": "n3"}}, {**pod, "kind": "Nope"}], "v1 Nope is not served"),
+        (
+            [{**pod, "metadata": {"name": "p", "namespace": "absent"}}],
+            "namespace absent does not exist",
+        ),
+        ([{**node, "metadata": {}}], "item 0: metadata.name is missing"),
+        (
+            [{**node, "metadata": {"name": "n4", "namespace": "default"}}],
+            "Node n4 is cluster-scoped",
+        ),
+        ("nope", "items must be a list"),
+    ]:
+        status, body, _ = cluster.request("POST", "/_sim/load", {"items": items})
+        assert status == 400, items
+        assert says in body["message"]
+    assert kubectl("get", "nodes", "-o", "name").stdout.split() == ["node/n1"]  # n2, n3: not loaded

@@ -32,12 +32,15 @@ import dataclasses
 import functools
 import json
 import os
+import random
+import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,11 +53,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from ome import user_agent
-from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
+from ome.api.v1beta1 import CONTROLLER_REVISIONS, INFERENCE_REPLICAS, INFERENCE_SERVICES
 from ome.kube import json_copy
 from ome.provider import gke
 from ome.runtime.informer import DeletedFinalStateUnknown, EventHandler, Informer
 from ome.runtime.rest import NAMESPACES, NODES, PODS, Rest
+from ome.tpuslice import naming
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 
 from . import system
@@ -63,6 +67,7 @@ JSON = dict[str, Any]
 #: The bench's own User-Agent, and the manager's prefix in the request accounting.
 AGENT = user_agent("ome-sim-bench")
 MANAGER = "ome-manager/"
+PROVIDER = "ome-sim/"
 #: A write storm: more than this many times the ideal writes per lifecycle.
 STORM = 3.0
 #: The goal for writes per lifecycle (README): at most this many times the ideal.
@@ -209,12 +214,13 @@ class Stage:
             if proc is not None:
                 proc.stop()
 
-    def requests(self) -> Counter[tuple[str, str]]:
-        """The manager's requests so far, by (verb, resource)."""
+    def requests(self, agent: str = MANAGER) -> Counter[tuple[str, str]]:
+        """The requests so far of the clients whose User-Agent starts with ``agent`` (the
+        manager's by default; ``""``: everyone's), by (verb, resource)."""
         raw = self.rest.request("GET", "/_sim/requests")
         counts: Counter[tuple[str, str]] = Counter()
         for item in raw["requests"]:
-            if str(item["userAgent"]).startswith(MANAGER):
+            if str(item["userAgent"]).startswith(agent):
                 counts[(item["verb"], item["resource"])] += int(item["count"])
         return counts
 
@@ -435,6 +441,25 @@ class Burst:
     reads_per_service: float
     reads: dict[str, float]
     cpu_s: dict[str, float]
+    #: Requests other than watches during the burst: everyone's, and the provider's.
+    requests_total: int = 0
+    provider_requests: int = 0
+
+    def stage_cost(self) -> JSON:
+        """The stage's own cost, so that its limits are not taken for the manager's: the API
+        server's CPU per request served (watch streams' events included in the CPU), the
+        provider's per Slice and per request it made, and the manager's per service."""
+        cpu = self.cpu_s
+        return {
+            "apiserver_cpu_ms_per_request": 1000
+            * cpu.get("apiserver", 0.0)
+            / max(self.requests_total, 1),
+            "provider_cpu_ms_per_slice": 1000 * cpu.get("provider", 0.0) / self.services,
+            "provider_cpu_ms_per_request": 1000
+            * cpu.get("provider", 0.0)
+            / max(self.provider_requests, 1),
+            "manager_cpu_ms_per_service": 1000 * cpu.get("manager", 0.0) / self.services,
+        }
 
     @property
     def create_per_service_s(self) -> float:
@@ -450,7 +475,8 @@ def burst(stage: Stage, watcher: Watcher, n: int, namespace: str, timeout: float
     no pod of them is left."""
     say(f"burst of {n} services in namespace {namespace}")
     _create_ns(stage.rest, namespace)
-    before, cpu_before = stage.requests(), stage.cpu()
+    before, cpu_before, everyone = stage.requests(), stage.cpu(), stage.requests("")
+    provider_before = stage.requests(PROVIDER)
     names = [f"svc-{i:04d}" for i in range(n)]
     started = time.monotonic()
 
@@ -480,6 +506,7 @@ def burst(stage: Stage, watcher: Watcher, n: int, namespace: str, timeout: float
 
     delete_s = _progress("gone (Slices, pods and replicas)", released, 3 * n, timeout)
     after, cpu_after = stage.requests(), stage.cpu()
+    served = stage.requests("") - everyone
     spent = after - before
     writes: Counter[str] = Counter()
     reads: Counter[str] = Counter()
@@ -499,6 +526,12 @@ def burst(stage: Stage, watcher: Watcher, n: int, namespace: str, timeout: float
         reads_per_service=sum(reads.values()) / n,
         reads={k: v / n for k, v in sorted(reads.items())},
         cpu_s={k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after},
+        requests_total=sum(c for (verb, _), c in served.items() if verb != "watch"),
+        provider_requests=sum(
+            c
+            for (verb, _), c in (stage.requests(PROVIDER) - provider_before).items()
+            if verb != "watch"
+        ),
     )
 
 
@@ -552,11 +585,183 @@ def steady(
     }
 
 
-def cold_start(stage: Stage, n: int) -> JSON:
-    """A new manager against ``n`` Ready services: until it is ready (its caches synced),
-    then until its first pass is done (every replica reconciled, every queue empty)."""
-    say(f"cold start: a new manager against {n} Ready services")
+#: The steady state's converged namespace is copied this many times over for the cold start,
+#: and the cluster is filled with nodes and foreign pods up to these many per service (the
+#: issue's 5,000 services, 10,000 nodes and 20,000 pods, from the full run's 1,000).
+COLD_COPIES = 5
+COLD_NODES_PER_SERVICE = 2
+COLD_PODS_PER_SERVICE = 4
+#: The namespace of the foreign pods, on nodes of their own.
+WORKLOADS = "bench-workloads"
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_LOAD_CHUNK = 2000
+
+
+def _typed(listing: JSON, api_version: str) -> list[JSON]:
+    """A list's items with the apiVersion and kind a list leaves out."""
+    kind = str(listing.get("kind", "")).removesuffix("List")
+    return [{**item, "apiVersion": api_version, "kind": kind} for item in listing["items"]]
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with every string (and key) that is one of ``names``, or a token of a longer
+    string (a message, a path) that is one, replaced."""
+    if isinstance(value, dict):
+        return {names.get(k, k): _renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    if isinstance(value, str):
+        exact = names.get(value)
+        if exact is not None:
+            return exact
+        if " " in value or "/" in value or "," in value:
+            return _TOKEN.sub(lambda m: names.get(m.group(0), m.group(0)), value)
+    return value
+
+
+def converged_copy(source: list[JSON], namespace: str, copy: int) -> list[JSON]:
+    """The objects of one converged namespace (its services, replicas, revisions and pods,
+    their Slices and the Slices' nodes) as another namespace would hold them had the
+    manager converged there too: each uid new; each Slice renamed for its replica's new
+    uid (D2); each node renamed. Pure: the cold start's cluster, built in seconds rather
+    than through the manager, and checked by the manager's first pass writing nothing."""
+    old_ns = next(o["metadata"]["namespace"] for o in source if o["metadata"].get("namespace"))
+    names: dict[str, str] = {old_ns: namespace}
+    for obj in source:
+        uid = obj["metadata"].get("uid")
+        if uid:
+            names[uid] = str(uuid.UUID(int=random.getrandbits(128), version=4))
+    replicas = {
+        naming.owner_hash(old_ns, o["metadata"]["name"], o["metadata"]["uid"]): o["metadata"]
+        for o in source
+        if o["kind"] == "InferenceReplica"
+    }
+    for obj in source:
+        meta = obj["metadata"]
+        if obj["kind"] == "Slice":
+            old_hash = meta["name"][-8:]
+            replica = replicas.get(old_hash)
+            slot = (
+                naming.slot_of_name(meta["name"], replica["name"], old_hash)
+                if replica is not None
+                else None
+            )
+            if replica is None or slot is None:
+                raise ValueError(f"Slice {meta['name']} is of no replica in {old_ns}")
+            new_hash = naming.owner_hash(namespace, replica["name"], names[replica["uid"]])
+            names[old_hash] = new_hash
+            names[meta["name"]] = naming.slice_name(replica["name"], slot, new_hash)
+        elif obj["kind"] == "Node":
+            names[meta["name"]] = f"{meta['name']}-c{copy}"
+    out = []
+    for obj in source:
+        fresh = _renamed(obj, names)
+        fresh["metadata"].pop("resourceVersion", None)
+        out.append(fresh)
+    return out
+
+
+def _foreign_node(i: int) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"cpu-{i:05d}",
+            "labels": {"kubernetes.io/hostname": f"cpu-{i:05d}", "pool": "cpu"},
+        },
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def _foreign_pod(i: int, node: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"web-{i:05d}", "namespace": WORKLOADS, "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def populate_cold(stage: Stage, namespace: str, services: int) -> JSON:
+    """Fill the cluster for the cold start: ``namespace``'s converged services copied until
+    there are ``services``, then foreign nodes and pods until there are
+    ``COLD_NODES_PER_SERVICE`` nodes and ``COLD_PODS_PER_SERVICE`` pods per service. The
+    provider is stopped first (the copies' nodes are none of its pools'), and the manager
+    too. Loaded through ``/_sim/load``: as they are, uids and status included."""
+    rest = stage.rest
     stage.stop_manager()
+    if stage.provider is not None:
+        stage.provider.stop()
+        stage.provider = None
+    source: list[JSON] = []
+    for res in (INFERENCE_SERVICES, INFERENCE_REPLICAS, CONTROLLER_REVISIONS, PODS):
+        source += _typed(rest.list(res, namespace), res.api_version)
+    owners = {o["metadata"]["uid"] for o in source if o["kind"] == "InferenceReplica"}
+    slices = [
+        s
+        for s in _typed(rest.list(gke.SLICES), gke.SLICES.api_version)
+        if (s["metadata"].get("labels") or {}).get(naming.OWNER_UID_LABEL) in owners
+    ]
+    slice_names = {s["metadata"]["name"] for s in slices}
+    nodes = [
+        n
+        for n in _typed(rest.list(NODES), "v1")
+        if (n["metadata"].get("labels") or {}).get(SLICE_LABEL) in slice_names
+    ]
+    source += slices + nodes
+    per_copy = sum(1 for o in source if o["kind"] == "InferenceService")
+    copies = max(1, -(-services // max(per_copy, 1)))
+    say(
+        f"cold start: copying {namespace}'s {per_copy} converged services {copies - 1} times "
+        f"({len(source)} objects each)"
+    )
+    items: list[JSON] = []
+    for k in range(1, copies):
+        ns = f"bench-cold-{k}"
+        _create_ns(rest, ns)
+        items += converged_copy(source, ns, k)
+    total_services = per_copy * copies
+    node_count = len(rest.list(NODES)["items"]) + sum(1 for o in items if o["kind"] == "Node")
+    pod_count = len(rest.list(PODS)["items"]) + sum(1 for o in items if o["kind"] == "Pod")
+    extra_nodes = max(0, COLD_NODES_PER_SERVICE * total_services - node_count)
+    extra_pods = max(0, COLD_PODS_PER_SERVICE * total_services - pod_count)
+    _create_ns(rest, WORKLOADS)
+    items += [_foreign_node(i) for i in range(extra_nodes)]
+    cpu_nodes = [f"cpu-{i:05d}" for i in range(max(extra_nodes, 1))]
+    items += [_foreign_pod(i, cpu_nodes[i % len(cpu_nodes)]) for i in range(extra_pods)]
+    order = ("Node", "Slice", "InferenceService", "InferenceReplica", "ControllerRevision", "Pod")
+    items.sort(key=lambda o: order.index(o["kind"]))  # owners before what they own
+    for start in range(0, len(items), _LOAD_CHUNK):
+        rest.request("POST", "/_sim/load", body={"items": items[start : start + _LOAD_CHUNK]})
+        say(f"  loaded {min(start + _LOAD_CHUNK, len(items))}/{len(items)} objects")
+    return {
+        "services": total_services,
+        "nodes": node_count + extra_nodes,
+        "pods": pod_count + extra_pods,
+    }
+
+
+def cold_start(stage: Stage, cluster: JSON) -> JSON:
+    """A new manager against the converged ``cluster`` (``populate_cold``'s): until it is
+    ready (its caches synced), then until its first pass is done (every replica reconciled,
+    every queue empty), and what it wrote meanwhile (nothing, on a converged cluster)."""
+    n = cluster["services"]
+    say(
+        f"cold start: a new manager against {n} Ready services, {cluster['pods']} pods and "
+        f"{cluster['nodes']} nodes"
+    )
+    stage.stop_manager()
+    before = stage.requests()
     started = time.monotonic()
     synced = stage.start_manager()
 
@@ -575,12 +780,16 @@ def cold_start(stage: Stage, n: int) -> JSON:
         return done >= n and depth == 0
 
     _until(first_pass, 300, "the new manager's first pass")
+    first_pass_s = time.monotonic() - started
+    spent = stage.requests() - before
     assert stage.manager_proc is not None
     return {
-        "services": n,
+        **cluster,
         "synced_s": synced,
-        "first_pass_s": time.monotonic() - started,
+        "first_pass_s": first_pass_s,
         "peak_rss_bytes": stage.manager_proc.memory("VmHWM"),
+        "writes": {f"{v} {r}": c for (v, r), c in sorted(spent.items()) if v in WRITES},
+        "reads": {f"{v} {r}": c for (v, r), c in sorted(spent.items()) if v in ("get", "list")},
     }
 
 
@@ -667,6 +876,11 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
             "limit": 30.0,
         },
         {
+            "goal": f"cold start ({result['cold']['services']} services) writes = 0",
+            "measured": float(sum(result["cold"]["writes"].values())),
+            "limit": 0.0,
+        },
+        {
             "goal": "cold start peak RSS <= 512 MiB",
             "measured": result["cold"]["peak_rss_bytes"] / 2**20,
             "limit": 512.0,
@@ -704,6 +918,9 @@ def _burst_json(b: Burst) -> JSON:
         "reads_per_service": b.reads_per_service,
         "reads": b.reads,
         "cpu_s": b.cpu_s,
+        "requests_total": b.requests_total,
+        "provider_requests": b.provider_requests,
+        "stage_cost": b.stage_cost(),
     }
 
 
@@ -729,12 +946,28 @@ def summary(result: JSON) -> str:
             f"{cpu.get('apiserver', 0):>14.1f} {cpu.get('provider', 0):>8.1f} "
             f"{cpu.get('manager', 0):>8.1f}"
         )
+    lines += [
+        "",
+        "the stage's own cost (CPU ms):",
+        f"{'services':>8} {'server/request':>15} {'provider/Slice':>15} "
+        f"{'provider/request':>17} {'manager/service':>16}",
+    ]
+    for b in rows:
+        label = f"{b['services']}" + (" again" if b.get("label") else "")
+        cost = b["stage_cost"]
+        lines.append(
+            f"{label:>8} {cost['apiserver_cpu_ms_per_request']:>15.2f} "
+            f"{cost['provider_cpu_ms_per_slice']:>15.1f} "
+            f"{cost['provider_cpu_ms_per_request']:>17.2f} "
+            f"{cost['manager_cpu_ms_per_service']:>16.1f}"
+        )
     st, cold = result["steady"], result["cold"]
     lines += [
         "",
         f"steady state, {st['services']} Ready services: {st['writes_per_minute']:.1f} writes "
         f"and {st['reads_per_minute']:.1f} non-watch reads per minute",
-        f"cold start, {cold['services']} services: synced in {cold['synced_s']:.1f}s, first "
+        f"cold start, {cold['services']} services, {cold['pods']} pods, {cold['nodes']} nodes: "
+        f"{sum(cold['writes'].values())} writes; synced in {cold['synced_s']:.1f}s, first "
         f"pass done in {cold['first_pass_s']:.1f}s, peak RSS "
         f"{cold['peak_rss_bytes'] / 2**20:.0f} MiB",
         "",
@@ -790,7 +1023,10 @@ def run(quick: bool, out_dir: Path, bursts: tuple[int, ...] = ()) -> int:
         result["steady"] = steady(
             stage, watcher, plan.steady, "bench-steady", plan.idle_s, plan.timeout_s
         )
-        result["cold"] = cold_start(stage, plan.steady)
+        watcher.stop()  # the cold start needs no watching, and loads tens of thousands
+        watcher = None
+        cluster = populate_cold(stage, "bench-steady", COLD_COPIES * plan.steady)
+        result["cold"] = cold_start(stage, cluster)
         result["goals"] = goals(result, plan)
         failures += storms(result)
     except TimeoutError as e:

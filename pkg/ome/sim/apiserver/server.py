@@ -29,7 +29,7 @@ from ome.kube import json_copy
 
 from . import errors, protobuf
 from .admission import WebhookDispatcher
-from .api import APIServer, ListOptions, Selection, WriteOptions
+from .api import NAMESPACES, APIServer, ListOptions, Selection, WriteOptions
 from .controllers import Controllers
 from .errors import APIError
 from .faults import Accounting, Fault, Faults
@@ -211,6 +211,48 @@ class EmbeddedAPIServer:
         return target
 
     # -- faults on demand ----------------------------------------------------------------
+
+    def load(self, items: object) -> int:
+        """Put ``items`` into the store as they are, uid and status included, as if each had
+        been created long ago: no admission, defaulting or generated fields beyond a
+        resourceVersion (and a uid or creationTimestamp when missing). For benches that need
+        a large converged cluster faster than its controllers could build it. All or
+        nothing: every item is checked (a served kind, a name, an existing namespace, not
+        there yet) before any is stored. Returns how many were stored."""
+        if not isinstance(items, list):
+            raise ValueError("items must be a list of objects")
+        kinds = {(rt.group, rt.kind): rt for rt in self.registry.all()}
+        checked: list[tuple[tuple[str, str], tuple[str, str], JSON]] = []
+        seen: set[tuple[tuple[str, str], tuple[str, str]]] = set()
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+                raise ValueError(f"item {i}: not an object with metadata")
+            api_version, kind = str(item.get("apiVersion", "")), str(item.get("kind", ""))
+            group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+            rt = kinds.get((group, kind))
+            if rt is None:
+                raise ValueError(f"item {i}: {api_version} {kind} is not served")
+            meta = item["metadata"]
+            name, namespace = meta.get("name"), meta.get("namespace") or ""
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"item {i}: metadata.name is missing")
+            if rt.namespaced != bool(namespace):
+                scope = "namespaced" if rt.namespaced else "cluster-scoped"
+                raise ValueError(f"item {i}: {kind} {name} is {scope}")
+            if namespace and self.store.peek(NAMESPACES, ("", namespace)) is None:
+                raise ValueError(f"item {i}: namespace {namespace} does not exist")
+            key = (rt.key, (namespace, name))
+            if key in seen or self.store.peek(*key) is not None:
+                raise ValueError(f"item {i}: {kind} {namespace}/{name} already exists")
+            seen.add(key)
+            checked.append((rt.key, (namespace, name), item))
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for tkey, okey, item in checked:
+            meta = item["metadata"]
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", now)
+            self.store.put(tkey, okey, item)
+        return len(checked)
 
     def drop_watches(self, resource: str = "", mode: str = "close") -> int:
         """End watch streams (of one plural, or all): ``close`` ends the response cleanly,
@@ -766,7 +808,7 @@ class EmbeddedAPIServer:
     async def _control(self, request: web.Request, path: str) -> web.StreamResponse:
         """``/_sim/requests`` (GET, DELETE), ``/_sim/faults`` (GET, POST, DELETE),
         ``/_sim/watches/drop`` (POST ``{"resource": "pods", "mode": "close"}``),
-        ``/_sim/compact`` (POST)."""
+        ``/_sim/compact`` (POST), ``/_sim/load`` (POST ``{"items": [...]}``, see ``load``)."""
         method = request.method
         if path == "/_sim/requests":
             if method == "GET":
@@ -798,6 +840,13 @@ class EmbeddedAPIServer:
             except ValueError as e:
                 raise errors.bad_request(str(e)) from None
             return _json({"dropped": n})
+        elif path == "/_sim/load" and method == "POST":
+            body = await _read_body(request, required=True)
+            try:
+                loaded = self.load(body.get("items") if isinstance(body, dict) else None)
+            except ValueError as e:
+                raise errors.bad_request(str(e)) from None
+            return _json({"loaded": loaded})
         elif path == "/_sim/compact" and method == "POST":
             self.store.compact()
             return _json({"compactedResourceVersion": str(self.store.compacted_rv)})
