@@ -66,6 +66,9 @@ def test_named_grants_stop_at_their_names_and_namespace(kube: Environment) -> No
         ["get", "secrets/some-other-secret", "-n", NAMESPACE],
         ["get", "secrets/ome-webhook-server-cert", "-n", "kube-system"],
         ["create", "secrets", "-n", "kube-system"],
+        ["list", "secrets", "-n", NAMESPACE],  # the watch is of the one Secret, by name
+        ["watch", "secrets", "-n", NAMESPACE],
+        ["list", "validatingwebhookconfigurations"],
         ["update", "leases.coordination.k8s.io/someone-elses-lease", "-n", NAMESPACE],
         ["get", "configmaps/inferenceservice-config", "-n", "default"],
     ):

@@ -16,6 +16,7 @@ from cryptography import x509
 
 from ome.runtime.certs import KeyPair, generate_ca, issue_serving_cert
 from ome.runtime.client import Client, RetryPolicy
+from ome.runtime.informer import InformerFactory
 from ome.runtime.rest import SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Rest
 from ome.runtime.webhookcerts import SecretCerts
 from ome.sim.apiserver.faults import Fault
@@ -419,6 +420,36 @@ def test_the_background_loop_retries_failures_and_follows_other_replicas(
     rotated = other.ensure()
     assert rotated != pair
     eventually(lambda: certs.current() == rotated)
+
+
+def test_watched_an_idle_replica_sends_no_request_and_a_change_is_put_right_at_once(
+    make: Any, client: Client, cluster: Cluster
+) -> None:
+    """With informers (as the manager runs it): once the caches are synced, passes read them
+    and send nothing, however often they run; a caBundle someone overwrites is restored
+    on the change's watch event, long before the next pass (an hour) is due."""
+    client.create(VALIDATING_WEBHOOK_CONFIGURATIONS, webhook_config("a.example.com"))
+    factory = InformerFactory(Rest(cluster.api))
+    certs = make(webhook_config_name=VWC, informers=factory, check_interval=3600)
+    factory.start()
+    try:
+        certs.start()
+        eventually(lambda: certs.current() is not None and factory.has_synced())
+        wanted = base64.b64encode(stored(client)["ca.crt"]).decode()
+        eventually(lambda: bundles(client) == [wanted])
+        accounting = cluster.server.accounting
+        accounting.reset()
+        for _ in range(5):
+            certs.ensure()
+        sent = [r for r in accounting.snapshot() if r["verb"] != "watch"]
+        assert sent == []
+        config = client.live_get(VALIDATING_WEBHOOK_CONFIGURATIONS, VWC)
+        config["webhooks"][0]["clientConfig"]["caBundle"] = base64.b64encode(b"stale").decode()
+        client.replace(VALIDATING_WEBHOOK_CONFIGURATIONS, config)
+        eventually(lambda: bundles(client) == [wanted], timeout=10)
+    finally:
+        certs.stop()
+        factory.stop()
 
 
 def test_arguments_are_checked(client: Client) -> None:

@@ -52,10 +52,17 @@ AUDIT: dict[str, set[str]] = {
     # list, watch: the Slice informer (setup); list: Client.serves at start and
     # SliceActor.teardown (live); get: SliceActor._slice; create: ._create; delete: ._release.
     SLICES: {"create", "delete", "get", "list", "watch"},
-    # get, update: runtime/webhookcerts.py SecretCerts._inject_ca_bundle (caBundle, by PUT).
-    "validatingwebhookconfigurations.admissionregistration.k8s.io": {"get", "update"},
-    # get, update, create: SecretCerts._sync_secret (the self-managed certificate Secret).
-    "secrets": {"create", "get", "update"},
+    # list, watch: runtime/webhookcerts.py SecretCerts' informer (by a metadata.name field
+    # selector); get, update: SecretCerts._inject_ca_bundle (a live read, then a PUT).
+    "validatingwebhookconfigurations.admissionregistration.k8s.io": {
+        "get",
+        "list",
+        "update",
+        "watch",
+    },
+    # list, watch: SecretCerts' informer (by name); get, update, create:
+    # SecretCerts._sync_secret (the self-managed certificate Secret).
+    "secrets": {"create", "get", "list", "update", "watch"},
     # get: controllers/setup.py load_config (one live get at start, no informer).
     "configmaps": {"get"},
     # get, create, update: runtime/leader.py LeaderElector._call (GET, POST, PUT).
@@ -63,7 +70,8 @@ AUDIT: dict[str, set[str]] = {
 }
 
 #: (resource, verb) -> the only object names it is granted on. Everything absent here is
-#: granted unrestricted: list, watch and create cannot be narrowed by name.
+#: granted unrestricted: create cannot be narrowed by name, nor can a list or watch of
+#: many objects (one with a ``metadata.name`` field selector can, and is here).
 BY_NAME: dict[tuple[str, str], set[str]] = {
     ("validatingwebhookconfigurations.admissionregistration.k8s.io", "get"): {
         "ome-inferencereplica-webhook"
@@ -71,6 +79,14 @@ BY_NAME: dict[tuple[str, str], set[str]] = {
     ("validatingwebhookconfigurations.admissionregistration.k8s.io", "update"): {
         "ome-inferencereplica-webhook"
     },
+    ("validatingwebhookconfigurations.admissionregistration.k8s.io", "list"): {
+        "ome-inferencereplica-webhook"
+    },
+    ("validatingwebhookconfigurations.admissionregistration.k8s.io", "watch"): {
+        "ome-inferencereplica-webhook"
+    },
+    ("secrets", "list"): {"ome-webhook-server-cert"},
+    ("secrets", "watch"): {"ome-webhook-server-cert"},
     ("secrets", "get"): {"ome-webhook-server-cert"},
     ("secrets", "update"): {"ome-webhook-server-cert"},
     ("configmaps", "get"): {"inferenceservice-config"},

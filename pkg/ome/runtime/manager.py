@@ -254,6 +254,7 @@ class Manager:
             webhook_config_name=opts.webhook_config_name or None,
             validity=opts.webhook_cert_validity,
             check_interval=opts.webhook_cert_check_interval,
+            informers=self.informers,
         )
 
     def _start_webhooks(self) -> None:

@@ -31,10 +31,11 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from ome.kube import JSON
+from ome.kube import JSON, Resource
 
 from .certs import KeyPair, generate_ca, issue_serving_cert, needs_rotation, not_after
 from .client import Client
+from .informer import EventHandler, Informer, InformerFactory
 from .rest import SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, status_of
 
 log = logging.getLogger(__name__)
@@ -119,13 +120,21 @@ def _describe(error: BaseException) -> str:
 
 class _Background:
     """The thread a certificate source keeps its pair fresh in: started once, stopped by
-    setting ``_stop`` (which ``_run`` waits on between checks)."""
+    setting ``_stop`` (which ``_run`` waits on between checks); ``_wake`` (set by ``stop``
+    too) cuts a wait short."""
 
     _thread_name = "webhook-certs"
 
     def __init__(self) -> None:
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` or until woken; True once stopped."""
+        self._wake.wait(seconds)
+        self._wake.clear()
+        return self._stop.is_set()
 
     def _run(self) -> None:
         raise NotImplementedError
@@ -138,6 +147,7 @@ class _Background:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(5)
 
@@ -279,6 +289,12 @@ class SecretCerts(_Background):
     replicas that want different names (a rollout that renames the Service) do not re-issue
     in turn forever. A failed pass is logged and retried (within ``RETRY_WITHOUT_CERT``
     seconds while no certificate is held).
+
+    Given ``informers``, the Secret and the configuration are watched (one object each, by a
+    ``metadata.name`` field selector) instead of read every pass: a pass reads the caches
+    once they are synced, and a change to either wakes a pass at once. What the cache shows
+    wrong is read live before it is written over (the cache may lag the write it shows);
+    so an idle replica sends no request at all.
     """
 
     def __init__(
@@ -292,6 +308,7 @@ class SecretCerts(_Background):
         validity: timedelta = timedelta(days=365),
         rotate_before: timedelta | None = None,
         check_interval: float = 60.0,
+        informers: InformerFactory | None = None,
     ) -> None:
         if not dns_names and not ip_addresses:
             raise ValueError("a serving certificate needs at least one DNS name or IP address")
@@ -321,6 +338,33 @@ class SecretCerts(_Background):
         self._error: str | None = None
         self._config_missing_logged = False
         super().__init__()
+        self._secrets: Informer | None = None
+        self._configs: Informer | None = None
+        if informers is not None:
+            wake = EventHandler(
+                on_add=lambda _o: self._wake.set(),
+                on_update=lambda _o, _n: self._wake.set(),
+                on_delete=lambda _o: self._wake.set(),
+            )
+            self._secrets = informers.informer(
+                SECRETS, namespace, field_selector=f"metadata.name={secret_name}"
+            )
+            self._secrets.add_handler(wake)
+            if webhook_config_name:
+                self._configs = informers.informer(
+                    VALIDATING_WEBHOOK_CONFIGURATIONS,
+                    field_selector=f"metadata.name={webhook_config_name}",
+                )
+                self._configs.add_handler(wake)
+
+    def _read(
+        self, informer: Informer | None, resource: Resource, name: str, namespace: str | None
+    ) -> tuple[JSON | None, bool]:
+        """The object from ``informer``'s cache once it is synced, else live; and whether it
+        came from the cache (so that what it shows wrong is confirmed live)."""
+        if informer is not None and informer.has_synced():
+            return informer.get(f"{namespace}/{name}" if namespace else name), True
+        return self.client.live_get_or_none(resource, name, namespace), False
 
     @property
     def _where(self) -> str:
@@ -353,7 +397,7 @@ class SecretCerts(_Background):
                 )
                 if self.current() is None:
                     delay = min(delay, RETRY_WITHOUT_CERT)
-            if self._stop.wait(delay):
+            if self._pause(delay):
                 return
 
     def ensure(self) -> KeyPair:
@@ -387,12 +431,20 @@ class SecretCerts(_Background):
     # -- the Secret ----------------------------------------------------------------------------
 
     def _sync_secret(self) -> _Held:
+        cached_first = True
         for _ in range(MAX_CONFLICTS):
-            secret = self.client.live_get_or_none(SECRETS, self.secret_name, self.namespace)
+            secret, cached = self._read(
+                self._secrets if cached_first else None, SECRETS, self.secret_name, self.namespace
+            )
             stored = self._assess((secret.get("data") or {}) if secret is not None else {})
+            if stored.problem is not None and cached:
+                cached_first = False  # confirm live before writing over it
+                secret = self.client.live_get_or_none(SECRETS, self.secret_name, self.namespace)
+                stored = self._assess((secret.get("data") or {}) if secret is not None else {})
             if stored.problem is None:
                 assert stored.serving is not None
                 return _Held(stored.serving, stored.ca_crt)
+            cached_first = False
             data = self._renew(stored)
             try:
                 if secret is None:
@@ -516,8 +568,18 @@ class SecretCerts(_Background):
         name = self.webhook_config_name
         assert name is not None
         wanted = base64.b64encode(ca_bundle).decode()
+        cached_first = True
         for _ in range(MAX_CONFLICTS):
-            config = self.client.live_get_or_none(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
+            config, cached = self._read(
+                self._configs if cached_first else None,
+                VALIDATING_WEBHOOK_CONFIGURATIONS,
+                name,
+                None,
+            )
+            if cached and (config is None or _needs_bundle(config, wanted)):
+                cached_first = False  # confirm live before writing over it
+                config = self.client.live_get_or_none(VALIDATING_WEBHOOK_CONFIGURATIONS, name)
+            cached_first = False
             if config is None:
                 if not self._config_missing_logged:
                     log.warning(
@@ -552,6 +614,13 @@ class SecretCerts(_Background):
             f"ValidatingWebhookConfiguration {name} changed under every one of "
             f"{MAX_CONFLICTS} writes"
         )
+
+
+def _needs_bundle(config: JSON, wanted: str) -> bool:
+    return any(
+        (hook.get("clientConfig") or {}).get("caBundle") != wanted
+        for hook in config.get("webhooks") or []
+    )
 
 
 def _decode(value: object) -> bytes | None:

@@ -61,7 +61,7 @@ from ome.runtime.rest import NAMESPACES, NODES, PODS, Rest
 from ome.tpuslice import naming
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 
-from . import system
+from . import controlplane, system
 
 JSON = dict[str, Any]
 #: The bench's own User-Agent, and the manager's prefix in the request accounting.
@@ -108,8 +108,7 @@ class Proc:
 
     def cpu(self) -> float:
         """User and system CPU seconds so far."""
-        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return _cpu_of(self.popen.pid)
 
     def memory(self, key: str = "VmHWM") -> int:
         """``VmHWM`` (peak RSS) or ``VmRSS``, in bytes."""
@@ -155,6 +154,8 @@ class Stage:
     kubeconfig: Path = field(init=False)
     webhooks: list[JSON] = field(default_factory=list)
     restarts: int = 0
+    #: How often the provider renews each node's Lease: rarely, as nothing reads them here.
+    heartbeat: str = "60s"
 
     def start(self) -> None:
         self.kubeconfig = self.work / "kubeconfig"
@@ -169,6 +170,10 @@ class Stage:
         config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
         self.rest = Rest(client.ApiClient(cfg), user_agent=AGENT)
         self.webhooks = system.install(self.rest, Path("config"), GUIDE_CONFIG_JSON, say)
+        self._start_provider()
+        self.start_manager()
+
+    def _start_provider(self) -> None:
         say(f"starting the provider with {self.hosts} provision-only hosts")
         self.provider = _spawn(
             "provider",
@@ -176,12 +181,11 @@ class Stage:
                 *("provider", "--kubeconfig", str(self.kubeconfig)),
                 *("--pool", f"tpu7x:provision-only:{self.hosts}"),
                 *("--activation-delay", f"{self.activation_delay}s"),
-                *("--heartbeat-interval", "60s", "--scheduler", "on"),
+                *("--heartbeat-interval", self.heartbeat, "--scheduler", "on"),
             ),
             self.work / "provider.log",
         )
         _until(lambda: len(self.rest.list(NODES)["items"]) >= self.hosts, 120, "the TPU nodes")
-        self.start_manager()
 
     def start_manager(self) -> float:
         """A new manager; returns how long until it was ready (caches synced)."""
@@ -203,6 +207,14 @@ class Stage:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
             return str(resp.read().decode())
 
+    def load(self, items: list[JSON]) -> None:
+        """Objects into the store as they are (``/_sim/load``), in chunks."""
+        for start in range(0, len(items), _LOAD_CHUNK):
+            self.rest.request(
+                "POST", "/_sim/load", body={"items": items[start : start + _LOAD_CHUNK]}
+            )
+            say(f"  loaded {min(start + _LOAD_CHUNK, len(items))}/{len(items)} objects")
+
     def stop_manager(self) -> None:
         if self.manager is not None:
             self.manager.stop()
@@ -213,6 +225,9 @@ class Stage:
         for proc in (self.provider, self.server):
             if proc is not None:
                 proc.stop()
+
+    def create_namespace(self, name: str) -> None:
+        _create_ns(self.rest, name)
 
     def requests(self, agent: str = MANAGER) -> Counter[tuple[str, str]]:
         """The requests so far of the clients whose User-Agent starts with ``agent`` (the
@@ -227,6 +242,157 @@ class Stage:
     def cpu(self) -> dict[str, float]:
         procs = [p for p in (self.server, self.provider, self.manager_proc) if p is not None]
         return {p.name: p.cpu() for p in procs}
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+"""
+
+
+@dataclass
+class KubeStage(Stage):
+    """The same stage on the real control plane (``--control-plane kube``): etcd,
+    kube-apiserver and kube-controller-manager from hack/kube-binaries.sh, the manager as its
+    ServiceAccount under config/rbac (as ``ome-sim run --control-plane kube --manager
+    process``). Requests are counted from kube-apiserver's audit log (level Metadata: verb,
+    resource, User-Agent), read on from where the last count stopped. The server's CPU is
+    kube-apiserver's and etcd's together. There is no ``/_sim/load``, so the cold start is
+    against the steady state's services as they are."""
+
+    plane: controlplane.ControlPlane | None = None
+    #: Within kube-controller-manager's node monitor grace period, or it marks every node
+    #: NotReady between renewals, and every service with it.
+    heartbeat: str = "10s"
+    _audit_offset: int = 0
+    _audited: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    def start(self) -> None:
+        missing = controlplane.missing_binaries(controlplane.binaries_dir())
+        if missing:
+            raise StageError(
+                f"{', '.join(missing)} not built in {controlplane.binaries_dir()}: run "
+                "hack/kube-binaries.sh (about 7 minutes on 2 cores) for --control-plane kube"
+            )
+        self.work.mkdir(parents=True, exist_ok=True)
+        policy = self.work / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log = self.work / "audit.log"
+        self.audit_log.write_text("")
+        self.plane = controlplane.ControlPlane(
+            log_dir=self.work / "control-plane",
+            progress=say,
+            extra_apiserver_flags=(
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+            ),
+        )
+        self.plane.start()
+        self.kubeconfig = self.plane.write_kubeconfig(self.work / "kubeconfig")
+        self.rest = _admin_rest(self.kubeconfig)
+        self.webhooks = system.install(self.rest, Path("config"), GUIDE_CONFIG_JSON, say, rbac=True)
+        self.manager_kubeconfig = controlplane.write_kubeconfig(
+            self.work / "manager.kubeconfig",
+            self.plane.token_kubeconfig(
+                f"system:serviceaccount:{system.NAMESPACE}:{system.SERVICE_ACCOUNT}",
+                system.service_account_token(self.rest),
+                system.NAMESPACE,
+            ),
+        )
+        self._start_provider()
+        self.start_manager()
+
+    def start_manager(self) -> float:
+        started = time.monotonic()
+        self.restarts += 1
+        self.manager = system.start_manager(
+            self.manager_kubeconfig,
+            self.work / f"manager-{self.restarts}.log",
+            ["--webhook-host", "127.0.0.1"],
+        )
+        self.manager_proc = Proc("manager", self.manager.proc)
+        port = self.manager.wait_for_port("admission webhooks", 60)
+        probes = self.manager.wait_for_port("probes", 60)
+        system.wait_ready(self.manager, probes, 300, lambda m: None, threading.Event())
+        system.point_webhooks_at_url(self.rest, self.webhooks, port)
+        return time.monotonic() - started
+
+    def create_namespace(self, name: str) -> None:
+        """The namespace, and its ``default`` ServiceAccount (kube-controller-manager's),
+        without which no pod can be created in it."""
+        _create_ns(self.rest, name)
+        _until(
+            lambda: self.rest.get(system.SERVICE_ACCOUNTS, "default", name),
+            60,
+            f"the default ServiceAccount of namespace {name}",
+        )
+
+    def requests(self, agent: str = MANAGER) -> Counter[tuple[str, str]]:
+        with self.audit_log.open("rb") as f:
+            f.seek(self._audit_offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        self._audit_offset += end
+        for line in chunk[:end].splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            ref = event.get("objectRef") or {}
+            resource = str(ref.get("resource") or event.get("requestURI", "").split("?")[0])
+            if ref.get("subresource"):
+                resource += f"/{ref['subresource']}"
+            self._audited[(str(event.get("userAgent", "")), str(event.get("verb")), resource)] += 1
+        counts: Counter[tuple[str, str]] = Counter()
+        for (who, verb, resource), n in self._audited.items():
+            if who.startswith(agent):
+                counts[(verb, resource)] += n
+        return counts
+
+    def cpu(self) -> dict[str, float]:
+        assert self.plane is not None
+        by_name = {c.name: c for c in self.plane.components}
+        out = {
+            "apiserver": sum(
+                _cpu_of(by_name[n].proc.pid) for n in ("kube-apiserver", "etcd") if n in by_name
+            )
+        }
+        if "kube-controller-manager" in by_name:
+            out["controller-manager"] = _cpu_of(by_name["kube-controller-manager"].proc.pid)
+        for proc in (self.provider, self.manager_proc):
+            if proc is not None:
+                out[proc.name] = proc.cpu()
+        return out
+
+    def load(self, items: list[JSON]) -> None:
+        raise StageError("the real control plane has no /_sim/load")
+
+    def stop(self) -> None:
+        self.stop_manager()
+        if self.provider is not None:
+            self.provider.stop()
+        if self.plane is not None:
+            self.plane.stop()
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _admin_rest(kubeconfig: Path) -> Rest:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return Rest(client.ApiClient(cfg), user_agent=AGENT)
+
+
+class StageError(RuntimeError):
+    """The stage cannot be set up (binaries missing, a load the server cannot take)."""
 
 
 def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -376,10 +542,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def baseline(rest: Rest, samples: int = 40) -> float:
+def baseline(stage: Stage, samples: int = 40) -> float:
     """The median round trip of a bare pod create (one that no scheduler takes), in s."""
-    ns = "bench-baseline"
-    _create_ns(rest, ns)
+    ns, rest = "bench-baseline", stage.rest
+    stage.create_namespace(ns)
     times = []
     for i in range(samples):
         pod = {
@@ -474,7 +640,7 @@ def burst(stage: Stage, watcher: Watcher, n: int, namespace: str, timeout: float
     """``n`` services created at once until all are Ready, then deleted until no Slice and
     no pod of them is left."""
     say(f"burst of {n} services in namespace {namespace}")
-    _create_ns(stage.rest, namespace)
+    stage.create_namespace(namespace)
     before, cpu_before, everyone = stage.requests(), stage.cpu(), stage.requests("")
     provider_before = stage.requests(PROVIDER)
     names = [f"svc-{i:04d}" for i in range(n)]
@@ -552,7 +718,7 @@ def steady(
     """``n`` services Ready and left alone for ``seconds``: the manager's writes and non-watch
     reads per minute."""
     say(f"steady state: {n} services Ready, then {seconds:.0f}s idle")
-    _create_ns(stage.rest, namespace)
+    stage.create_namespace(namespace)
     started = time.monotonic()
     names = [f"idle-{i:04d}" for i in range(n)]
     _parallel(
@@ -728,22 +894,20 @@ def populate_cold(stage: Stage, namespace: str, services: int) -> JSON:
     items: list[JSON] = []
     for k in range(1, copies):
         ns = f"bench-cold-{k}"
-        _create_ns(rest, ns)
+        stage.create_namespace(ns)
         items += converged_copy(source, ns, k)
     total_services = per_copy * copies
     node_count = len(rest.list(NODES)["items"]) + sum(1 for o in items if o["kind"] == "Node")
     pod_count = len(rest.list(PODS)["items"]) + sum(1 for o in items if o["kind"] == "Pod")
     extra_nodes = max(0, COLD_NODES_PER_SERVICE * total_services - node_count)
     extra_pods = max(0, COLD_PODS_PER_SERVICE * total_services - pod_count)
-    _create_ns(rest, WORKLOADS)
+    stage.create_namespace(WORKLOADS)
     items += [_foreign_node(i) for i in range(extra_nodes)]
     cpu_nodes = [f"cpu-{i:05d}" for i in range(max(extra_nodes, 1))]
     items += [_foreign_pod(i, cpu_nodes[i % len(cpu_nodes)]) for i in range(extra_pods)]
     order = ("Node", "Slice", "InferenceService", "InferenceReplica", "ControllerRevision", "Pod")
     items.sort(key=lambda o: order.index(o["kind"]))  # owners before what they own
-    for start in range(0, len(items), _LOAD_CHUNK):
-        rest.request("POST", "/_sim/load", body={"items": items[start : start + _LOAD_CHUNK]})
-        say(f"  loaded {min(start + _LOAD_CHUNK, len(items))}/{len(items)} objects")
+    stage.load(items)
     return {
         "services": total_services,
         "nodes": node_count + extra_nodes,
@@ -981,7 +1145,9 @@ def summary(result: JSON) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(quick: bool, out_dir: Path, bursts: tuple[int, ...] = ()) -> int:
+def run(
+    quick: bool, out_dir: Path, bursts: tuple[int, ...] = (), control_plane: str = "embedded"
+) -> int:
     """Run the plan (``QUICK`` or ``FULL``; ``bursts`` replaces its burst sizes, the last two
     compared and the largest burst again) and report; 1 when a scenario failed."""
     plan = QUICK if quick else FULL
@@ -994,10 +1160,12 @@ def run(quick: bool, out_dir: Path, bursts: tuple[int, ...] = ()) -> int:
         )
     work = out_dir / "stage"
     hosts = max(*plan.bursts, plan.steady)
-    stage = Stage(work, hosts, activation_delay=2.0)
+    kube = control_plane == "kube"
+    stage = (KubeStage if kube else Stage)(work, hosts, activation_delay=2.0)
     result: JSON = {
         "started": datetime.now(UTC).isoformat(),
         "quick": quick,
+        "control_plane": control_plane,
         "plan": plan.__dict__,
         "ideal_writes": IDEAL,
     }
@@ -1007,8 +1175,11 @@ def run(quick: bool, out_dir: Path, bursts: tuple[int, ...] = ()) -> int:
         stage.start()
         watcher = Watcher(stage.rest)
         watcher.start()
-        result["baseline_create_s"] = baseline(stage.rest)
+        result["baseline_create_s"] = baseline(stage)
         say(f"bare pod create round trip: {result['baseline_create_s'] * 1000:.1f} ms")
+        if kube:  # kube-controller-manager's garbage collector syncs its graph on first use
+            say("warming up: one service created and deleted, not counted")
+            burst(stage, watcher, 1, "bench-warmup", plan.timeout_s)
         result["bursts"] = {}
         for n in plan.bursts:
             b = burst(stage, watcher, n, f"bench-{n}", plan.timeout_s)
@@ -1025,11 +1196,18 @@ def run(quick: bool, out_dir: Path, bursts: tuple[int, ...] = ()) -> int:
         )
         watcher.stop()  # the cold start needs no watching, and loads tens of thousands
         watcher = None
-        cluster = populate_cold(stage, "bench-steady", COLD_COPIES * plan.steady)
+        if kube:  # no /_sim/load: the steady state's services as they are
+            cluster = {
+                "services": plan.steady,
+                "pods": len(stage.rest.list(PODS)["items"]),
+                "nodes": len(stage.rest.list(NODES)["items"]),
+            }
+        else:
+            cluster = populate_cold(stage, "bench-steady", COLD_COPIES * plan.steady)
         result["cold"] = cold_start(stage, cluster)
         result["goals"] = goals(result, plan)
         failures += storms(result)
-    except TimeoutError as e:
+    except (TimeoutError, StageError, controlplane.ControlPlaneError) as e:
         failures.append(str(e))
     finally:
         if watcher is not None:

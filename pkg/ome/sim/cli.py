@@ -563,6 +563,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="burst sizes instead of the plan's (1,50,500,2000; --quick 1,20,100): the two "
         "largest are compared, and the largest is burst again with the same names",
     )
+    bench.add_argument(
+        "--control-plane",
+        choices=("embedded", "kube"),
+        default="embedded",
+        help="the embedded API server (default), or etcd, kube-apiserver and "
+        "kube-controller-manager built by hack/kube-binaries.sh; requests are then counted "
+        "from kube-apiserver's audit log, and the cold start is against the steady state's "
+        "services only",
+    )
     bench.set_defaults(func=_bench)
     return parser
 
@@ -570,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run  # noqa: PLC0415 - only this subcommand needs it
 
-    return run(args.quick, args.out, args.bursts)
+    return run(args.quick, args.out, args.bursts, args.control_plane)
 
 
 def _sizes(text: str) -> tuple[int, ...]:
