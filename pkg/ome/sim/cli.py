@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -573,7 +575,99 @@ def build_parser() -> argparse.ArgumentParser:
         "services only",
     )
     bench.set_defaults(func=_bench)
+    soak = sub.add_parser(
+        "soak",
+        help="a chaos soak of the manager with invariants checked throughout (make soak)",
+        description="Run opted-in services (single- and multi-host, created, scaled, updated and "
+        "deleted at random) under a seeded plan of faults, on the embedded cluster, while an "
+        "invariant checker inside the API server judges every request: pods only on ready "
+        "Slices, Slice writes only with the owner-UID label, pod deletes only for a cause, "
+        "every delete under a UID precondition, writes only from the lease's holder. Then the "
+        "faults stop and everything must converge. Prints 'N faults, M invariant checks, "
+        "V violations, converged in Xs', writes a JSON report, and exits 1 on a violation or "
+        "no convergence. The same --seed replays the same plan.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="fault kinds:\n" + "\n".join(f"  {k:<20} {v}" for k, v in _soak_faults().items()),
+    )
+    soak.add_argument(
+        "--minutes",
+        type=_positive_minutes,
+        default=5.0,
+        help="how long faults and load run before the convergence check (default: 5)",
+    )
+    soak.add_argument("--seed", type=int, default=None, help="the plan's seed (default: random)")
+    soak.add_argument(
+        "--faults",
+        type=_fault_kinds,
+        default=None,
+        metavar="KIND,KIND,...",
+        help="only these fault kinds (default: all; see below)",
+    )
+    soak.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".ome/soak"),
+        help="where the JSON report and the stage's logs go (default: .ome/soak)",
+    )
+    soak.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the plan the seed gives (one JSON step per line) and exit",
+    )
+    soak.add_argument(
+        "--sabotage",
+        choices=("uid-precondition", "lease-check", "slice-gate"),
+        default="",
+        help="run the manager with this protection off (the soak must then fail)",
+    )
+    soak.set_defaults(func=_soak)
     return parser
+
+
+def _soak_faults() -> dict[str, str]:
+    from .soak.plan import FAULTS  # noqa: PLC0415 - only this subcommand needs it
+
+    return FAULTS
+
+
+def _positive_minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected minutes such as 5 or 1.5, not {text!r}"
+        ) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"minutes must be positive: {text!r}")
+    return value
+
+
+def _fault_kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(_soak_faults()))
+    if not kinds or unknown:
+        named = ", ".join(unknown) if unknown else repr(text)
+        raise argparse.ArgumentTypeError(
+            f"unknown fault kinds: {named} (known: {', '.join(_soak_faults())})"
+        )
+    return kinds
+
+
+def _soak(args: argparse.Namespace) -> int:
+    from .soak import run as soak_run  # noqa: PLC0415 - only this subcommand needs it
+    from .soak.plan import FAULTS, make_plan  # noqa: PLC0415
+
+    faults = args.faults or tuple(FAULTS)
+    if args.plan:
+        if args.seed is None:
+            return fail("soak: --plan needs --seed (the plan of which seed?)")
+        try:
+            for step in make_plan(args.seed, args.minutes * 60, faults):
+                print(json.dumps(step.json(), sort_keys=True), flush=True)
+        except BrokenPipeError:  # a reader such as head that stopped reading
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return soak_run.run(args.minutes, args.seed, args.out, faults, args.sabotage)
 
 
 def _bench(args: argparse.Namespace) -> int:

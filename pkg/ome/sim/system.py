@@ -142,11 +142,12 @@ def config_with(ready_timeout: str | None) -> str:
 @dataclass
 class ManagerProcess:
     """The manager as a child process; its JSON log goes to ``log_path`` and is scanned for
-    the ports it bound."""
+    the ports it bound and its leader-election identity."""
 
     proc: subprocess.Popen[str]
     log_path: Path
     ports: dict[str, int] = field(default_factory=dict)
+    identity: str = ""
     lines: list[str] = field(default_factory=list)
     _seen: threading.Condition = field(default_factory=threading.Condition)
     _pump: threading.Thread | None = None
@@ -181,6 +182,8 @@ class ManagerProcess:
             entry = {"msg": line.strip()}
         message = str(entry.get("msg", ""))
         with self._seen:
+            if entry.get("identity") and not self.identity:
+                self.identity = str(entry["identity"])
             self.lines = [*self.lines[-19:], message]
             for what in ("probes", "metrics", "admission webhooks"):
                 prefix = f"serving {what} on port "
@@ -284,11 +287,14 @@ def start_manager(
     extra: list[str],
     ports: dict[str, int] | None = None,
     separator: str | None = None,
+    module: str = "ome.entrypoints.manager",
+    env: dict[str, str] | None = None,
 ) -> ManagerProcess:
     """The manager as a child process, each of its servers on 127.0.0.1 at the port
     ``ports`` gives it (by what it logs it serves: probes, metrics, admission webhooks) or
     else a free one. The log is started afresh, or, given a ``separator``, appended to
-    after that line.
+    after that line. ``module`` is what runs (the soak's sabotaged manager wraps the real
+    one), with ``env`` added to the environment.
 
     Call it from the main thread: PR_SET_PDEATHSIG fires when the thread that forked the
     child ends, not only the process, so a manager forked by a short-lived thread would be
@@ -299,7 +305,7 @@ def start_manager(
     command = [
         sys.executable,
         "-m",
-        "ome.entrypoints.manager",
+        module,
         "--kubeconfig",
         str(kubeconfig),
         "--namespace",
@@ -321,7 +327,7 @@ def start_manager(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     manager = ManagerProcess(proc, log_path)
     manager.start_pump()

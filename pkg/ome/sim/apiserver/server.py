@@ -51,6 +51,19 @@ PATCH_TYPES = (
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
+@dataclass(frozen=True)
+class WriteSeen:
+    """A write request as ``on_write`` sees it: ``resource`` is ``plural[/subresource]``."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str
+    name: str
+    user_agent: str
+    body: Any
+
+
 @dataclass
 class Target:
     """A resource request, as its path and method name it."""
@@ -130,6 +143,11 @@ class EmbeddedAPIServer:
         #: (``"deadline"``) comes due, before anything is written for it. A test lands writes
         #: there to stage a bookmark that fires while events are still queued for the watcher.
         self.on_watch_due: Callable[[str, Watcher], Awaitable[None] | None] | None = None
+        #: In-process observers only (the soak's invariant checker): called on the loop for
+        #: every create, update, patch and delete once its body (for a delete, its
+        #: DeleteOptions) is decoded, before it is carried out, so that the store shows the
+        #: state the request meets. What it raises is logged, never answered.
+        self.on_write: Callable[[WriteSeen], None] | None = None
         self._seed()
 
     @property
@@ -448,6 +466,16 @@ class EmbeddedAPIServer:
             )
         return Target(rt, version, namespace, name, sub, verb)
 
+    def _seen(self, t: Target, agent: str, body: Any) -> None:
+        if self.on_write is None:
+            return
+        name = t.name or str(((body or {}).get("metadata") or {}).get("name") or "")
+        seen = WriteSeen(t.verb, t.rt.group, t.resource, t.namespace or "", name, agent, body)
+        try:
+            self.on_write(seen)
+        except Exception:  # an observer's bug must not fail the request
+            log.exception("the on_write observer failed on %s %s", t.verb, t.resource)
+
     async def _serve(
         self, request: web.Request, t: Target, fault: Fault | None
     ) -> web.StreamResponse:
@@ -474,6 +502,7 @@ class EmbeddedAPIServer:
         )
         if t.verb == "create":
             body = await _read_body(request, required=True)
+            self._seen(t, opts.user_agent, body)
             if t.subresource == "binding" or t.rt.key == ("", "bindings"):
                 pods = self.registry.by_key("", "pods")
                 assert pods is not None
@@ -485,6 +514,7 @@ class EmbeddedAPIServer:
         if t.verb == "update":
             assert t.name is not None
             body = await _read_body(request, required=True)
+            self._seen(t, opts.user_agent, body)
             opts.options = {"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}
             if t.subresource == "scale":
                 given = str(((body or {}).get("metadata") or {}).get("resourceVersion") or "")
@@ -503,6 +533,7 @@ class EmbeddedAPIServer:
             if content_type not in PATCH_TYPES:
                 raise errors.unsupported_media_type(content_type)
             body = await _read_body(request, required=True)
+            self._seen(t, opts.user_agent, body)
             opts.options = {"kind": "PatchOptions", "apiVersion": "meta.k8s.io/v1"}
             if t.subresource == "scale":
 
@@ -533,6 +564,7 @@ class EmbeddedAPIServer:
             options["dryRun"] = ["All"]
         opts.dry_run = opts.dry_run or options.get("dryRun") == ["All"]
         opts.options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options}
+        self._seen(t, opts.user_agent, options)
         if t.verb == "deletecollection":
             listing = await api.delete_collection(
                 t.rt, t.version, t.namespace, _list_options(q), options, opts
