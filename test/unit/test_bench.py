@@ -143,3 +143,23 @@ def test_a_converged_copy_is_what_the_manager_would_have_built_in_the_new_namesp
     assert pod["spec"] == {"nodeName": "host-1-c1", "nodeSelector": {bench.SLICE_LABEL: want}}
     assert pod["status"]["message"] == f"on {want}, node host-1-c1"
     assert source[1]["metadata"]["uid"] == rep_uid  # the source is left as it was
+
+
+def test_a_kubeconfig_left_by_an_earlier_run_is_not_taken_for_the_new_servers(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """make bench reuses .ome/bench/stage: the last run's kubeconfig names a server that is
+    gone, and waiting for the file must wait for the new server's."""
+    (tmp_path / "kubeconfig").write_text("the last run's")
+    seen: dict[str, bool] = {}
+
+    def spawn(name: str, command: list[str], log: Any) -> Any:
+        seen[name] = (tmp_path / "kubeconfig").exists()
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(bench, "_spawn", spawn)
+    try:
+        bench.Stage(tmp_path, hosts=1, activation_delay=1.0).start()
+    except RuntimeError:
+        pass
+    assert seen == {"apiserver": False}

@@ -83,11 +83,13 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
             gates=[*hooks.gates, slices.gate], teardown=[*hooks.teardown, slices.teardown]
         )
         informer = slices.slices
+        # Each scrape reads every Slice and replica: from the caches themselves (peek_list),
+        # since a copy of each (Informer.list) made a scrape cost 0.1 s at 5,000 services.
         manager.registry.register(
             SliceGauge(
-                lambda: [s for s in (gke.parse(o) for o in informer.list()) if s.owner_uid],
+                lambda: [s for s in (gke.parse(o) for o in informer.peek_list()) if s.owner_uid],
                 manager.is_leader,
-                lambda: {str(r["metadata"].get("uid")) for r in replicas.list()},
+                lambda: {str(r["metadata"].get("uid")) for r in replicas.peek_list()},
                 config.slice.ready_states,
             )
         )

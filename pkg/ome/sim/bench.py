@@ -159,6 +159,7 @@ class Stage:
 
     def start(self) -> None:
         self.kubeconfig = self.work / "kubeconfig"
+        self.kubeconfig.unlink(missing_ok=True)  # a run before this one's: not this server's
         say("starting the embedded API server")
         self.server = _spawn(
             "apiserver",
@@ -395,7 +396,9 @@ class StageError(RuntimeError):
     """The stage cannot be set up (binaries missing, a load the server cannot take)."""
 
 
-def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+def _until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
+    """Poll ``check`` every ``every`` seconds (a metrics scrape is work for the manager: the
+    first pass's is polled every 0.5 s) until it is truthy."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -406,7 +409,7 @@ def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
             return found
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: not there within {timeout:.0f}s")
-        time.sleep(0.05)
+        time.sleep(every)
 
 
 # -- watching -------------------------------------------------------------------------------
@@ -943,7 +946,7 @@ def cold_start(stage: Stage, cluster: JSON) -> JSON:
         )
         return done >= n and depth == 0
 
-    _until(first_pass, 300, "the new manager's first pass")
+    _until(first_pass, 300, "the new manager's first pass", every=0.5)
     first_pass_s = time.monotonic() - started
     spent = stage.requests() - before
     assert stage.manager_proc is not None
