@@ -30,6 +30,7 @@ _UNITS = {
     "h": _HOUR,
 }
 _INT64_LIMIT = 1 << 63
+_INT64_DIGITS = len(str(_INT64_LIMIT))
 _DIGITS = "0123456789"
 
 
@@ -58,7 +59,11 @@ def _parse_go_duration_ns(text: str) -> int:
         if s[0] != "." and s[0] not in _DIGITS:
             raise invalid
         digits = _leading(s, _DIGITS)
-        whole, s = int(digits or "0"), s[len(digits) :]
+        # More significant digits than an int64 has overflow, as in Go; checked before
+        # ``int()``, which refuses a text past Python's digit limit with a message of its own.
+        if len(digits.lstrip("0")) > _INT64_DIGITS:
+            raise invalid
+        whole, s = int(digits.lstrip("0") or "0"), s[len(digits) :]
         if whole > _INT64_LIMIT:
             raise invalid
         fraction, scale, post = 0, 1.0, False

@@ -27,7 +27,33 @@ def json_copy(value: _T) -> _T:
     dispatch per type), which makes it four times slower on JSON, and caches and the
     embedded API server copy JSON objects on every read.
     """
-    return cast(_T, _copy(value))
+    try:
+        return cast(_T, _copy(value))
+    except RecursionError:  # nested deeper than the stack allows: what json.loads still takes
+        return cast(_T, _copy_iteratively(value))
+
+
+def _copy_iteratively(value: Any) -> Any:
+    """``_copy`` with a stack of its own, for values nested deeper than Python's recursion
+    limit (``json.loads`` decodes about twice as deep as ``_copy`` reaches); slower, so only
+    the fallback."""
+    if type(value) is not dict and type(value) is not list:
+        return value
+    root: Any = {} if type(value) is dict else []
+    stack = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        pairs = source.items() if type(source) is dict else enumerate(source)
+        for key, item in pairs:
+            kind = type(item)
+            copied: Any = {} if kind is dict else [] if kind is list else item
+            if type(target) is dict:
+                target[key] = copied
+            else:
+                target.append(copied)
+            if kind is dict or kind is list:
+                stack.append((item, copied))
+    return root
 
 
 def _copy(value: Any) -> Any:

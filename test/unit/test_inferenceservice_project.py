@@ -1155,3 +1155,12 @@ def test_a_non_object_component_is_refused() -> None:
 @pytest.mark.parametrize(("low", "current"), [(0, 5), (3, 9)])
 def test_a_max_of_zero_is_no_upper_bound(low: int, current: int) -> None:
     assert clamp_replicas(current, {"minReplicas": low, "maxReplicas": 0}) == current
+
+
+def test_more_workers_than_an_instance_may_have_is_refused_not_planned() -> None:
+    from ome.api.v1beta1 import MAX_WORKERS
+
+    assert refusal({"leader": {}, "worker": {"size": MAX_WORKERS + 1}}) == (
+        f"component engine: worker.size {MAX_WORKERS + 1} is more than {MAX_WORKERS}"
+    )
+    assert len(runners(project({"leader": {}, "worker": {"size": MAX_WORKERS}}))) == 2

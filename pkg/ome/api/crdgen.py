@@ -288,6 +288,8 @@ def _decorate(schema: JSON, facts: Field, nullable: bool) -> JSON:
         out["format"] = facts.string_format
     if facts.minimum is not None:
         out["minimum"] = facts.minimum
+    if facts.maximum is not None:
+        out["maximum"] = facts.maximum
     if facts.min_items is not None:
         out["minItems"] = facts.min_items
     if nullable:

@@ -32,6 +32,12 @@ ANNOTATION_TPU_SLICE_PROVISIONING = "ome.io/tpu-slice-provisioning"
 
 FINALIZER_IR_TEARDOWN = "ome.io/ir-teardown"
 
+#: The most worker pods an Instance may have: more than the hosts of any TPU slice, and few
+#: enough that every pass over an Instance's pods stays cheap. The CRDs' maximum on
+#: ``worker.size`` and a runner's ``size``; the controllers refuse a larger size that an
+#: older CRD let in.
+MAX_WORKERS = 4096
+
 # -- well-known values ----------------------------------------------------------------------
 
 DEPLOYMENT_MODE_OMENATIVE = "OMENative"
@@ -63,6 +69,7 @@ class Field:
     description: str | None = None
     string_format: str | None = None
     minimum: int | None = None
+    maximum: int | None = None
     min_items: int | None = None
     preserve_unknown: bool = False
     embedded_resource: bool | None = None
@@ -187,7 +194,10 @@ class LeaderSpec(TypedDict, total=False):
 class WorkerSpec(TypedDict, total=False):
     """The worker pods of a multi-host Instance."""
 
-    size: Annotated[int, Field("Number of worker pods per Instance, besides the leader.")]
+    size: Annotated[
+        int,
+        Field("Number of worker pods per Instance, besides the leader.", maximum=MAX_WORKERS),
+    ]
     runner: Annotated[RunnerSpec, Field("The workers' serving container.")]
     nodeSelector: Annotated[StringMap, Field("Node labels the worker pods must match.")]
     tolerations: Annotated[list[Toleration], Field("Tolerations of the worker pods.")]
@@ -447,7 +457,12 @@ class ReplicaRunner(TypedDict, total=False):
         ]
     ]
     size: Annotated[
-        int, Field("Pods of this runner per Instance: 1 for default and leader.", minimum=0)
+        int,
+        Field(
+            "Pods of this runner per Instance: 1 for default and leader.",
+            minimum=0,
+            maximum=MAX_WORKERS,
+        ),
     ]
     template: Annotated[
         PodTemplate,

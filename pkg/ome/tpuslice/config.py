@@ -52,11 +52,24 @@ CONTROLLER_LABELS = (OWNER_UID_LABEL, MANAGED_BY_LABEL, INSTANCE_LABEL, ORDINAL_
 CONTROLLER_ANNOTATION = OWNER_ANNOTATION
 
 
+#: What would break an error across lines, or move the cursor back over it: the control
+#: characters, which JSON quoting escapes (so a quoted value never holds one).
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+
+def _one_line(error: str) -> str:
+    """``error`` on one line, as A2's ``\\n``-joined message needs: a map key in a path
+    (``accelerators[<name>]``, ``slice.annotations[<key>]``) is written as given, so a
+    control character in it is escaped as JSON escapes it (``\\n``, ``\\u0000``)."""
+    return _CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], error)
+
+
 class ConfigError(ValueError):
-    """An invalid configuration: ``errors`` holds every problem, ``str()`` the full message."""
+    """An invalid configuration: ``errors`` holds every problem, one line each, ``str()`` the
+    full message."""
 
     def __init__(self, errors: Iterable[str]) -> None:
-        self.errors: tuple[str, ...] = tuple(errors)
+        self.errors: tuple[str, ...] = tuple(_one_line(error) for error in errors)
         super().__init__(f"{INVALID_CONFIG}: " + "\n".join(self.errors))
 
 
@@ -519,7 +532,7 @@ def validate(raw: dict[str, Any]) -> list[str]:
             r.errors.append(f"slice label {label} is set by the controller")
     if CONTROLLER_ANNOTATION in annotations or CONTROLLER_ANNOTATION in pod_annotations:
         r.errors.append(f"slice annotation {CONTROLLER_ANNOTATION} is set by the controller")
-    return r.errors
+    return [_one_line(error) for error in r.errors]
 
 
 def _validate_accelerator(r: _Reader, name: str, value: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes.utils import quantity as _quantity
 
+from ome.api.v1beta1 import MAX_WORKERS
 from ome.kube import JSON
 from ome.tpuslice.shape import MAX_CHIPS, ShapeError, Topology, hosts, parse_topology
 from ome.tpuslice.types import Accelerator, Config
@@ -77,8 +78,18 @@ def _chips(value: object, where: str) -> int:
             return math.ceil(quantity)
     except ValueError:
         pass
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = value if isinstance(value, str) else _shown(value)
     raise ShapeError(f"{where} {_q(text)} is not a non-negative quantity")
+
+
+def _shown(value: object) -> str:
+    """A quantity that is no string, as JSON writes it; an integer past Python's digit limit
+    for ``str()`` (no JSON decoder hands one over, but a caller's own object may hold one) in
+    short scientific form, ``1.000E+5000``."""
+    try:
+        return json.dumps(value, default=str)
+    except (ValueError, RecursionError):
+        return f"{Decimal(value):.3E}" if isinstance(value, int) else type(value).__name__
 
 
 def pod_chips(pod_spec: JSON, chip_resource: str) -> int:
@@ -305,7 +316,10 @@ def instance_pod_specs(runners: list[JSON]) -> list[JSON]:
     """B7: one pod spec (``template.spec``) per pod of an Instance, in runner order: one for
     ``default`` and for ``leader``, ``size`` for ``worker`` (missing or negative size: none).
     Runner names the CRD does not allow make no pods, as in ``instances.pod_slots``. The
-    specs are the runners' own objects, repeated for workers: read them, do not change them."""
+    specs are the runners' own objects, repeated for workers: read them, do not change them.
+    A size above ``MAX_WORKERS`` (the CRD's maximum: only an object an older CRD let in)
+    counts as ``MAX_WORKERS + 1`` pods, more than any Slice has hosts, so that its demand is
+    refused for its pod count without a spec built per worker."""
     specs: list[JSON] = []
     for runner in runners:
         spec = _map(_map(runner.get("template")).get("spec"))
@@ -315,5 +329,5 @@ def instance_pod_specs(runners: list[JSON]) -> list[JSON]:
         elif name == "worker":
             size = runner.get("size")
             count = size if isinstance(size, int) and not isinstance(size, bool) else 0
-            specs.extend(spec for _ in range(max(count, 0)))
+            specs.extend(spec for _ in range(min(max(count, 0), MAX_WORKERS + 1)))
     return specs

@@ -10,7 +10,6 @@ and deletes the cache does not show yet are expected, so a lagging cache never r
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import threading
@@ -31,7 +30,7 @@ from ome.api.v1beta1 import (
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.durations import format_go_duration, parse_go_duration
-from ome.kube import JSON, parse_time, rfc3339
+from ome.kube import JSON, json_copy, parse_time, rfc3339
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
@@ -192,7 +191,7 @@ class InferenceReplicaReconciler:
             return None
         written = self._written.get(key, str(replica["metadata"].get("resourceVersion", "")))
         if written is not None:
-            replica = copy.deepcopy(written)  # the cache has not caught up with our write
+            replica = json_copy(written)  # the cache has not caught up with our write
         meta = replica["metadata"]
         if meta.get("deletionTimestamp"):
             return self._teardown(replica)
@@ -383,7 +382,7 @@ class InferenceReplicaReconciler:
         serving = [r for r in rows if r.get("phase") != "Deleting"]
         ready = [r for r in serving if r.get("phase") == "Ready"]
         desired = int(spec.get("replicas") or 0)
-        status = copy.deepcopy(old)
+        status = json_copy(old)
         status.update(
             {
                 "observedGeneration": meta.get("generation", 1),
@@ -408,7 +407,7 @@ class InferenceReplicaReconciler:
         )
         if status == old:
             return
-        body = copy.deepcopy(replica)
+        body = json_copy(replica)
         body["status"] = status
         try:
             stored = self.client.replace(

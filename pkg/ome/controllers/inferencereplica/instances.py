@@ -21,6 +21,7 @@ from ome.api.v1beta1 import (
     LABEL_INCARNATION,
     LABEL_MANAGED_BY,
     LABEL_RUNNER,
+    MAX_WORKERS,
     controller_reference,
 )
 from ome.api.v1beta1 import LABEL_INFERENCE_REPLICA as LABEL_REPLICA
@@ -30,7 +31,7 @@ from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
 from ome.api.v1beta1 import LABEL_REVISION_HASH as LABEL_REVISION
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.durations import parse_go_duration
-from ome.kube import JSON, parse_time, rfc3339
+from ome.kube import JSON, json_copy, parse_time, rfc3339
 
 RUNNERS = ("default", "leader", "worker")
 
@@ -62,7 +63,8 @@ class PodSlot:
 
 def pod_slots(runners: list[JSON], active_ordinal: int = 0) -> list[PodSlot]:
     """B7/M2: ``default`` is one pod (at the active ordinal); ``leader`` one; ``worker``
-    ``size`` pods, ordinals 0..size-1."""
+    ``size`` pods, ordinals 0..size-1, at most ``MAX_WORKERS`` (the CRD's maximum; a larger
+    size, which only an older CRD let in, is not planned pod by pod)."""
     slots: list[PodSlot] = []
     for runner in runners:
         name = runner.get("name", "default")
@@ -73,7 +75,8 @@ def pod_slots(runners: list[JSON], active_ordinal: int = 0) -> list[PodSlot]:
             slots.append(PodSlot("leader", 0, template))
         elif name == "worker":
             slots.extend(
-                PodSlot("worker", i, template) for i in range(int(runner.get("size") or 0))
+                PodSlot("worker", i, template)
+                for i in range(min(int(runner.get("size") or 0), MAX_WORKERS))
             )
     return slots
 
@@ -86,7 +89,7 @@ def build_pod(replica: JSON, index: int, slot: PodSlot, revision: str, incarnati
     """A pod of an Instance: the runner's template, named and labelled as M2 says, and
     owned by the replica."""
     meta = replica["metadata"]
-    template = copy.deepcopy(slot.template)
+    template = json_copy(slot.template)
     tmeta = template.get("metadata") or {}
     labels = dict(tmeta.get("labels") or {})
     labels.update(
@@ -294,7 +297,7 @@ def plan(obs: Observed) -> Plan:
         if idx is not None:
             by_index.setdefault(idx, []).append(pod)
     rows = {
-        int(r["index"]): copy.deepcopy(r)
+        int(r["index"]): json_copy(r)
         for r in (replica.get("status") or {}).get("instanceStatuses") or []
     }
     out = Plan()

@@ -5,7 +5,6 @@ InferenceReplica per component, and reports conditions. A refused replica write 
 
 from __future__ import annotations
 
-import copy
 import logging
 from datetime import UTC, datetime
 
@@ -17,7 +16,7 @@ from ome.api.v1beta1 import (
     INFERENCE_SERVICES,
     controller_reference,
 )
-from ome.kube import JSON
+from ome.kube import JSON, json_copy
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
@@ -89,7 +88,7 @@ class InferenceServiceReconciler:
             return None  # its replicas go with it: they are owned
         written = self._written.get(key, str(isvc["metadata"].get("resourceVersion", "")))
         if written is not None:
-            isvc = copy.deepcopy(written)  # the cache has not caught up with our write
+            isvc = json_copy(written)  # the cache has not caught up with our write
         ns = isvc["metadata"]["namespace"]
         generation = int(isvc["metadata"].get("generation", 1))
         spec = isvc.get("spec") or {}
@@ -272,14 +271,14 @@ class InferenceServiceReconciler:
                 )
             elif "lifecycle" not in spec and "lifecycle" in (current.get("spec") or {}):
                 # Lifecycle is the replica's own setting (an operator's): keep it.
-                spec["lifecycle"] = copy.deepcopy(current["spec"]["lifecycle"])
+                spec["lifecycle"] = json_copy(current["spec"]["lifecycle"])
             if current is not None and (
                 current.get("spec") != spec
                 or any(
                     (current["metadata"].get("labels") or {}).get(k) != v for k, v in labels.items()
                 )
             ):
-                body = copy.deepcopy(current)
+                body = json_copy(current)
                 body["spec"] = spec
                 body["metadata"].setdefault("labels", {}).update(labels)
                 self.client.replace(INFERENCE_REPLICAS, body, ns)
@@ -321,7 +320,7 @@ class InferenceServiceReconciler:
         )
         if status == old:
             return None
-        body = copy.deepcopy(isvc)
+        body = json_copy(isvc)
         body["status"] = status
         meta = isvc["metadata"]
         try:

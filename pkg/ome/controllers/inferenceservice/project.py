@@ -6,11 +6,11 @@ values (the component wins), and build each runner's pod template and the replic
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
-from ome.kube import JSON
+from ome.api.v1beta1 import MAX_WORKERS
+from ome.kube import JSON, json_copy
 
 COMPONENTS = ("engine", "decoder", "router")
 DEFAULT_CONTAINER = "ome-container"
@@ -23,11 +23,11 @@ class SpecError(ValueError):
 def deep_merge(base: Any, override: Any) -> Any:
     """Maps merge key by key, the override winning; anything else the override replaces."""
     if isinstance(base, dict) and isinstance(override, dict):
-        out = copy.deepcopy(base)
+        out = json_copy(base)
         for key, value in override.items():
-            out[key] = deep_merge(base[key], value) if key in base else copy.deepcopy(value)
+            out[key] = deep_merge(base[key], value) if key in base else json_copy(value)
         return out
-    return copy.deepcopy(override)
+    return json_copy(override)
 
 
 def merge_component(engine_config: JSON | None, component: JSON) -> JSON:
@@ -54,6 +54,13 @@ def validate_component(name: str, comp: JSON) -> None:
         runner = (comp.get(part) or {}).get("runner")
         if runner is not None and not isinstance(runner, dict):
             raise SpecError(f"component {name}: {part}.runner must be an object")
+        # ``_template`` refines the component's nodeSelector and tolerations with these.
+        selector = (comp.get(part) or {}).get("nodeSelector")
+        if selector is not None and not isinstance(selector, dict):
+            raise SpecError(f"component {name}: {part}.nodeSelector must be an object")
+        tolerations = (comp.get(part) or {}).get("tolerations")
+        if tolerations is not None and not isinstance(tolerations, list):
+            raise SpecError(f"component {name}: {part}.tolerations must be a list")
     if comp.get("tolerations") is not None and not isinstance(comp["tolerations"], list):
         raise SpecError(f"component {name}: tolerations must be a list")
 
@@ -73,6 +80,9 @@ def validate_component(name: str, comp: JSON) -> None:
     worker = comp.get("worker")
     if worker is not None:
         integer("worker.size", worker.get("size"), 0)
+        size = worker.get("size")
+        if isinstance(size, int) and size > MAX_WORKERS:
+            raise SpecError(f"component {name}: worker.size {size} is more than {MAX_WORKERS}")
     if not any(
         (comp.get(part) or {}).get("runner") for part in ("leader", "worker")
     ) and not comp.get("runner"):
@@ -106,7 +116,7 @@ def _effective_runners(comp: JSON) -> list[tuple[str, JSON]]:
 
 
 def _container(runner: JSON) -> JSON:
-    container = copy.deepcopy(runner)
+    container = json_copy(runner)
     container.setdefault("name", DEFAULT_CONTAINER)
     return container
 
@@ -123,7 +133,7 @@ def _template(comp: JSON, part: JSON | None, runner: JSON) -> JSON:
     if node_selector:
         spec["nodeSelector"] = node_selector
     if tolerations:
-        spec["tolerations"] = copy.deepcopy(tolerations)
+        spec["tolerations"] = json_copy(tolerations)
     metadata: JSON = {}
     if comp.get("labels"):
         metadata["labels"] = dict(comp["labels"])
@@ -144,7 +154,7 @@ def _lifecycle(merged: JSON) -> JSON | None:
     deadline (``InferenceReplicaReconciler._teardown``), never a reason to stall. A field the
     component sets, even unreadable, still wins over the runtime's."""
     lifecycle = merged.get("lifecycle")
-    return copy.deepcopy(lifecycle) if isinstance(lifecycle, dict) else None
+    return json_copy(lifecycle) if isinstance(lifecycle, dict) else None
 
 
 @dataclass(frozen=True)
