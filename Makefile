@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint run stress bench e2e-kube kube-binaries crds clean
+.PHONY: setup test lint run stress bench soak soak-check e2e-kube kube-binaries crds clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,18 @@ stress: setup
 # 3-minute version. The JSON report goes to .ome/bench/.
 bench: setup
 	$(BIN)/ome-sim bench $(ARGS)
+
+# A chaos soak (ome-sim soak): SOAK_MINUTES of faults and load (default 5), then at most 2
+# minutes to converge and a short metrics probe (about SOAK_MINUTES + 1.5 minutes in all).
+# SOAK_SEED replays a run's plan (its seed is printed first). The report goes to .ome/soak/.
+SOAK_MINUTES ?= 5
+soak: setup
+	$(BIN)/ome-sim soak --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(ARGS)
+
+# Each of the soak's checkers can fail: short soaks with one protection of the manager turned
+# off at a time (test/soak; about 3 minutes on two cores).
+soak-check: setup
+	$(BIN)/python -m pytest test/soak
 
 e2e-kube: setup
 	BIN=$(BIN) hack/e2e-kube.sh

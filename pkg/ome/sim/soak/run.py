@@ -300,6 +300,7 @@ class Soak:
         return "done"
 
     def _do(self, step: Step, now: float) -> None:
+        """Carry out one step; its outcome says what it hit, or why it was skipped."""
         record: JSON = {**step.json(), "ran_at": round(now, 2)}
         handler = getattr(self, "_" + step.kind.replace("-", "_"))
         outcome: list[str] = []
@@ -851,12 +852,14 @@ class Soak:
     def report(self, converged_s: float | None, problems: list[str], probe: JSON) -> JSON:
         assert self.checker is not None
         checked = self.checker.report()
-        kinds = sorted({f["kind"] for f in self.faults_done})
+        ran = [f for f in self.faults_done if _ran(f)]
+        kinds = sorted({f["kind"] for f in ran})
         return {
             "seed": self.seed,
             "seconds": self.seconds,
             "sabotage": self.sabotage or None,
             "faults": self.faults_done,
+            "faults_run": len(ran),
             "fault_kinds": kinds,
             "load": self.load_done,
             "checks": checked["checks"],
@@ -867,6 +870,11 @@ class Soak:
             "metrics_probe": probe,
             "check_log": checked["log"],
         }
+
+
+def _ran(step: JSON) -> bool:
+    """Whether a step did something: not skipped (nothing to hit), not refused by the API."""
+    return not str(step["outcome"]).startswith(("skipped", "failed"))
 
 
 def _holder(name: str, node: str) -> JSON:
@@ -961,8 +969,11 @@ def run(
         print(f"FAILED: {problem}")
     checks = sum(report["checks"].values())
     took = f"converged in {converged:.0f}s" if converged is not None else "did not converge"
+    ran = report["faults_run"]
+    skipped = len(report["faults"]) - ran
     print(
-        f"{len(report['faults'])} faults ({len(report['fault_kinds'])} kinds), {checks} "
-        f"invariant checks, {len(violations)} violations, {took} (seed {seed}; report {path})"
+        f"{ran} faults ({len(report['fault_kinds'])} kinds; {skipped} more found nothing to "
+        f"hit), {checks} invariant checks, {len(violations)} violations, {took} (seed {seed}; "
+        f"report {path})"
     )
     return 1 if violations or problems else 0
