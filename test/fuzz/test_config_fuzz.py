@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
-from ome.controllers.setup import CONFIG_KEY, CONFIG_MAP, load_config
+from ome.controllers.setup import CONFIG_KEY, CONFIG_MAP, StartupError, load_config
 from ome.entrypoints import checkconfig
 from ome.runtime.client import Client
 from ome.tpuslice import config as cfg
@@ -477,7 +477,9 @@ def test_the_manager_loads_the_configmap_or_says_why_not(data: Any) -> None:
 def test_a_missing_configmap_turns_provisioning_off_and_other_failures_surface() -> None:
     config, why = load_config(cast(Client, _ConfigMaps(status=404)), "ome")
     assert config is None and CONFIG_MAP in why
-    with pytest.raises(ApiException):
+    with pytest.raises(
+        StartupError, match="reading ConfigMap ome/inferenceservice-config failed: 500"
+    ):
         load_config(cast(Client, _ConfigMaps(status=500)), "ome")
 
 

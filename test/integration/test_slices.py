@@ -815,6 +815,38 @@ def test_an_invalid_config_stops_the_manager_listing_every_error(
     assert "slice.readyStates: at least one state is required" in out.stderr
 
 
+def test_a_config_map_it_cannot_read_at_start_is_one_line_and_an_exit_not_a_traceback(
+    cluster: Cluster, kubectl: Kubectl
+) -> None:
+    """Found by the soak: 429s on every start-up read of the ConfigMap outlasted the client's
+    retries, and the manager died with a traceback. An API error at start is routine: one
+    line naming it, and exit 1 for the Deployment to restart the manager."""
+    import subprocess
+    import sys
+
+    kubectl("apply", "-f", "config/crd/")
+    Rest(cluster.api).create(NAMESPACES, {"metadata": {"name": "ome"}})
+    cluster.server.faults.add(
+        Fault(verb="get", resource="configmaps", code=429, retry_after=0, times=None)
+    )
+    script = Path(sys.executable).parent / "ome-manager"
+    out = subprocess.run(
+        [
+            str(script),
+            *("--kubeconfig", str(cluster.kubeconfig)),
+            *("--metrics-bind-address", "0", "--health-probe-bind-address", "0"),
+            *("--webhook-bind-address", "0", "--log-format", "text"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert "cannot start: reading ConfigMap ome/inferenceservice-config failed: 429" in last
+
+
 def test_a_teardown_past_its_deadline_finishes_with_a_warning(env: Env) -> None:
     env.apply(opted())
     env.kubectl(

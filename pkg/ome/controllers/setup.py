@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from ome.api.v1beta1 import (
     BASE_MODELS,
@@ -19,7 +20,7 @@ from ome.api.v1beta1 import (
     SERVING_RUNTIMES,
 )
 from ome.provider import gke
-from ome.runtime.client import Client
+from ome.runtime.client import Client, api_error, describe_error
 from ome.runtime.expectations import Expectations
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
@@ -38,24 +39,47 @@ CONFIG_MAP = "inferenceservice-config"
 CONFIG_KEY = "tpuSliceProvisioning"
 
 
+class StartupError(RuntimeError):
+    """The manager cannot start: an API error its retries outlasted, said in one line."""
+
+
 def load_config(client: Client, namespace: str) -> tuple[Config | None, str]:
     """A1: the ConfigMap's ``tpuSliceProvisioning`` entry, read once at start, and when it
     is missing, why (for the start-up line). Missing means off; an invalid one raises
-    ``ConfigError`` with every error."""
+    ``ConfigError`` with every error; a read that keeps failing, ``StartupError``."""
     try:
         cm = client.live_get(CONFIGMAPS, CONFIG_MAP, namespace)
     except ApiException as e:
         if e.status == 404:
             return None, messages.no_config_map(CONFIG_MAP, namespace)
-        raise
+        raise StartupError(
+            f"reading ConfigMap {namespace}/{CONFIG_MAP} failed: {describe_error(e)}"
+        ) from e
+    except (HTTPError, OSError) as e:
+        raise StartupError(
+            f"reading ConfigMap {namespace}/{CONFIG_MAP} failed: {describe_error(e)}"
+        ) from e
     parsed = parse_config((cm.get("data") or {}).get(CONFIG_KEY))
     return parsed, "" if parsed is not None else messages.no_config_entry(
         CONFIG_MAP, namespace, CONFIG_KEY
     )
 
 
+def _serves(client: Client) -> bool:
+    """L: whether the Slice CRD is served; a check that keeps failing is ``StartupError``."""
+    try:
+        return client.serves(gke.SLICES)
+    except Exception as e:
+        if not api_error(e):
+            raise
+        raise StartupError(
+            f"checking for the {gke.CRD_NAME} CRD failed: {describe_error(e)}"
+        ) from e
+
+
 def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
-    """Add the controllers; raises ``ConfigError`` for an invalid slice configuration."""
+    """Add the controllers; raises ``ConfigError`` for an invalid slice configuration and
+    ``StartupError`` for a start-up read that keeps failing."""
     inf = manager.informers
     hooks = hooks or Hooks()
     pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
@@ -66,7 +90,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     slices: SliceReconcilers | None = None
     if config is None:
         log.info(messages.provisioning_off(why_off))
-    elif manager.client.serves(gke.SLICES):
+    elif _serves(manager.client):
         slices = SliceReconcilers(
             manager.client,
             config,

@@ -17,6 +17,7 @@ from types import FrameType
 from kubernetes import client, config
 
 from ome import user_agent
+from ome.controllers.setup import StartupError
 from ome.controllers.setup import setup as setup_controllers
 from ome.durations import parse_go_duration
 from ome.runtime.logs import configure_logging
@@ -210,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         for line in e.errors:
             log.error("  %s", line)
+        return 1
+    except StartupError as e:  # routine: one line, and the Deployment restarts the manager
+        log.error("cannot start: %s", e)
         return 1
     stop = threading.Event()
 

@@ -174,7 +174,8 @@ class Soak:
         )
         _until(lambda: len(self._tpu_nodes()) >= HOSTS, 60, "the TPU nodes")
         self._start_slot(self.slots["a"])
-        assert self.slots["a"].proc is not None
+        if self.slots["a"].proc is None:
+            raise SoakError(f"the first manager did not start (its log: {self.slots['a'].log})")
         port = self.slots["a"].proc.wait_for_port("admission webhooks", 60)
         system.point_webhooks_at(self.rest, self.webhooks, port)
         _until(self._leader, 60, "a leader")
@@ -200,8 +201,13 @@ class Soak:
             env=env,
         )
         slot.restart_at = None
-        for what in ("probes", "metrics", "admission webhooks"):
-            slot.ports[what] = slot.proc.wait_for_port(what, 60)
+        try:
+            for what in ("probes", "metrics", "admission webhooks"):
+                slot.ports[what] = slot.proc.wait_for_port(what, 60)
+        except system.StartError as e:  # it exited at start: restarted after a back-off
+            say(f"manager {slot.name} did not start: {str(e).splitlines()[0]}")
+            slot.proc = None
+            slot.restart_at = time.monotonic() - self.started + 2.0
 
     def _stop_slot(self, slot: Slot) -> None:
         if slot.proc is not None:
@@ -721,6 +727,17 @@ class Soak:
                 out.append(f"slot {where} has no Slice {name}")
         return out
 
+    def tracebacks(self) -> list[str]:
+        """A traceback in a manager's log is a bug (routine API errors get one line)."""
+        out = []
+        for slot in self.slots.values():
+            if not slot.log.exists():
+                continue
+            for n, line in enumerate(slot.log.read_text(errors="replace").splitlines(), 1):
+                if "Traceback (most recent call last)" in line:
+                    out.append(f"a traceback in {slot.log.name}, line {n}: {line[:300]}")
+        return out
+
     def foreign_unchanged(self) -> list[str]:
         out = []
         for name, made in sorted(self.foreign_slices.items()):
@@ -944,16 +961,20 @@ def run(
         soak.end_faults()
         problems += soak.foreign_unchanged()
         soak.remove_foreign()  # those at OME's names would hold their slots forever
-        converged, why = soak.converge()
+        # After a violation the run fails anyway: a short look at convergence is enough.
+        violated = bool(soak.checker and soak.checker.snapshot()[1])
+        budget = 15.0 if violated else CONVERGE_S
+        converged, why = soak.converge(budget)
         if converged is None:
-            problems.append(f"not converged within {CONVERGE_S:.0f}s: {why}")
+            problems.append(f"not converged within {budget:.0f}s: {why}")
         else:
             probe, wrong = soak.metrics_probe()
             problems += wrong
-    except (TimeoutError, system.StartError, ApiException, HTTPError) as e:
+    except (TimeoutError, SoakError, system.StartError, ApiException, HTTPError) as e:
         problems.append(f"the soak could not go on: {e}")
     finally:
         soak.stop()
+    problems += soak.tracebacks()
     report = soak.report(converged, problems, probe)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{stamp}.json"
