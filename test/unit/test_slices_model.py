@@ -835,3 +835,32 @@ def test_an_instance_about_to_get_pods_has_the_slot_of_its_first_pod(
 def test_the_pods_of_an_instance_may_be_any_iterable() -> None:
     r = Replica.from_json(replica(SINGLE))
     assert slots_of(r, {0: iter([new_pod("1")]), 1: ()}) == {0: Slot(0, 1), 1: Slot(1, 0)}
+
+
+@pytest.mark.parametrize(
+    ("runners", "replicas", "rows", "slots"),
+    [
+        # Found by the soak: a multi-pod surge moves the Instance to its surge index, so the
+        # one Instance of replicas=1 lives at index 1; index 0 is nobody's, and its Slice leaked.
+        pytest.param(MULTI, 1, [{"index": 1, "phase": "Ready"}], {Slot(1, 0)}, id="moved"),
+        pytest.param(MULTI, 2, [{"index": 1}], {Slot(1, 0), Slot(0, 0)}, id="one more"),
+        pytest.param(MULTI, 2, [], {Slot(0, 0), Slot(1, 0)}, id="none yet"),
+        pytest.param(
+            MULTI,
+            2,
+            [{"index": 0, "operation": {**OP, "surgeIndex": 1}}],
+            {Slot(0, 0), Slot(1, 0), Slot(2, 0)},
+            id="the new one goes past the surge target",
+        ),
+        pytest.param(SINGLE, 1, [{"index": 2, "activeOrdinal": 1}], {Slot(2, 1)}, id="single"),
+    ],
+)
+def test_instances_without_a_row_want_the_indexes_the_plan_gives_them(
+    runners: list[JSON], replicas: int, rows: list[Any], slots: set[Slot]
+) -> None:
+    """G3 as the Instance plan scales: as many Instances as ``spec.replicas``, counting the
+    rows there are, the missing ones at the lowest free indexes (not a row's, nor a surge
+    target's)."""
+    obj = replica(runners, rows)
+    obj["spec"]["replicas"] = replicas
+    assert set(wanted_slots(Replica.from_json(obj))) == slots

@@ -181,12 +181,16 @@ class Event:
 def wanted_slots(replica: Replica) -> frozenset[Slot]:
     """G3: the slots the replica's Instances want a Slice for, from its stored rows. Multi-pod:
     slot (i, 0), plus the surge index's; single-pod with an operation: both ordinals; without,
-    the active ordinal; an Instance ``spec.replicas`` wants that has no row yet: ordinal 0. A
-    Deleting row wants none, and a deleting replica wants nothing."""
+    the active ordinal. An Instance ``spec.replicas`` wants that has no row yet wants ordinal
+    0 at the index the Instance plan gives it: ``spec.replicas`` counts Instances, not
+    indexes (a multi-pod surge moves an Instance to its surge index), and the missing ones
+    go to the lowest indexes that are neither a row's nor a surge target's. A Deleting row
+    wants none, and a deleting replica wants nothing."""
     if replica.deleting:
         return frozenset()
     wanted: set[Slot] = set()
     rowed: set[int] = set()
+    surges: set[int] = set()
     for row in replica.rows:
         index = _index(row.get("index"))
         if index is None:
@@ -195,9 +199,11 @@ def wanted_slots(replica: Replica) -> frozenset[Slot]:
         if row.get("phase") == "Deleting":
             continue
         op = _map(row.get("operation"))
+        surge = _index(op.get("surgeIndex"))
+        if surge is not None:
+            surges.add(surge)
         if replica.multi_pod:
             wanted.add(Slot(index, 0))
-            surge = _index(op.get("surgeIndex"))
             if surge is not None:
                 wanted.add(Slot(surge, 0))
         elif op:
@@ -205,7 +211,12 @@ def wanted_slots(replica: Replica) -> frozenset[Slot]:
         else:
             active = _index(row.get("activeOrdinal"))
             wanted.add(Slot(index, active if active in (0, 1) else 0))
-    wanted.update(Slot(i, 0) for i in range(replica.replicas) if i not in rowed)
+    missing, candidate = replica.replicas - len(rowed), 0
+    while missing > 0:
+        if candidate not in rowed and candidate not in surges:
+            wanted.add(Slot(candidate, 0))
+            missing -= 1
+        candidate += 1
     return frozenset(wanted)
 
 
