@@ -68,8 +68,10 @@ HOST_BUDGET = 9
 MAX_SERVICES = 6
 MAX_FOREIGN_SLICES = 3
 CONVERGE_S = 120.0
-#: A topology no pool of the soak has room for: the provider leaves such a Slice alone.
-UNPLACEABLE = "4x4x4"
+#: A topology of more hosts (128) than the soak's pool has (16): GKE puts its finalizer on
+#: such a Slice and leaves it waiting. (One it could place, such as 4x4x4 when all 16 hosts
+#: are free at once, would be given every host and starve the soak's services.)
+UNPLACEABLE = "8x8x8"
 
 
 def say(message: str) -> None:
@@ -727,6 +729,43 @@ class Soak:
                 out.append(f"slot {where} has no Slice {name}")
         return out
 
+    def state(self) -> list[str]:
+        """What a failed convergence leaves to look at: each replica's Instances, its pods,
+        and the OME Slices with their histories (the checker's)."""
+        out = []
+        for replica in self._list(INFERENCE_REPLICAS, NS):
+            meta, status = replica["metadata"], replica.get("status") or {}
+            rows = [
+                {
+                    k: r.get(k)
+                    for k in ("index", "phase", "activeOrdinal", "operation", "podCount")
+                    if r.get(k) is not None
+                }
+                for r in status.get("instanceStatuses") or []
+            ]
+            out.append(
+                f"state: replica {meta['name']} replicas={replica['spec'].get('replicas')} "
+                f"deleting={bool(meta.get('deletionTimestamp'))} rows={json.dumps(rows)}"
+            )
+        for pod in self._list(PODS):
+            spec = pod.get("spec") or {}
+            out.append(
+                f"state: pod {pod['metadata']['namespace']}/{pod['metadata']['name']} "
+                f"phase={(pod.get('status') or {}).get('phase')} node={spec.get('nodeName')} "
+                f"slice={(spec.get('nodeSelector') or {}).get(SLICE_LABEL)}"
+            )
+        assert self.checker is not None
+        for obj in self._ome_slices():
+            name = obj["metadata"]["name"]
+            info = gke.parse(obj)
+            out.append(
+                f"state: Slice {name} state={info.state} partitions={list(info.partitions)} "
+                f"slot={info.slot} owner={info.owner_uid}"
+            )
+            for entry in self.checker.history(f"slices/{name}")[-12:]:
+                out.append(f"state:   {json.dumps(entry, sort_keys=True)}")
+        return out
+
     def tracebacks(self) -> list[str]:
         """A traceback in a manager's log is a bug (routine API errors get one line)."""
         out = []
@@ -967,6 +1006,7 @@ def run(
         converged, why = soak.converge(budget)
         if converged is None:
             problems.append(f"not converged within {budget:.0f}s: {why}")
+            problems += soak.state()
         else:
             probe, wrong = soak.metrics_probe()
             problems += wrong
