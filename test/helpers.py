@@ -8,6 +8,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from ome.runtime.certs import KeyPair
+from ome.tpuslice.slices import SliceInfo
+
 
 def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
     """Poll ``check`` until it returns something truthy, and return that; fail after
@@ -31,3 +34,41 @@ def gone(read: Callable[[], Any]) -> bool:
     except ApiException as e:
         return bool(e.status == 404)
     return False
+
+
+class StaticCerts:
+    """A webhook certificate source whose pair the test sets."""
+
+    def __init__(self, pair: KeyPair | None) -> None:
+        self.pair = pair
+
+    def current(self) -> KeyPair | None:
+        return self.pair
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def ready(self) -> str | None:
+        return None if self.pair else "the test has set no pair"
+
+
+def assert_strings_and_partitions(info: SliceInfo) -> None:
+    """What E1 promises of a Slice read from anyone: every text field a string, the
+    partitions a tuple of strings, whatever the object held."""
+    for text in (
+        info.name,
+        info.uid,
+        info.resource_version,
+        info.owner_uid,
+        info.owner,
+        info.slice_type,
+        info.topology,
+        info.state,
+        info.status,
+        info.message,
+    ):
+        assert isinstance(text, str)
+    assert all(isinstance(p, str) for p in info.partitions)

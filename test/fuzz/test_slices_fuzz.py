@@ -25,6 +25,7 @@ from ome.tpuslice import demand as dem
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
+from test.helpers import assert_strings_and_partitions
 
 from .replicas import SLICE, nodes, replicas
 from .strategies import FUZZ, GUIDE_CONFIG, JSON, TEXT, json_objects, json_values, mutants
@@ -113,19 +114,7 @@ def test_a_slice_of_any_shape_reads_as_a_defined_state(obj: JSON) -> None:
     before = copy.deepcopy(obj)
     info = gke.parse(obj)
     assert obj == before
-    for value in (
-        info.name,
-        info.uid,
-        info.owner_uid,
-        info.owner,
-        info.slice_type,
-        info.topology,
-        info.state,
-        info.status,
-        info.message,
-    ):
-        assert isinstance(value, str)
-    assert all(isinstance(p, str) for p in info.partitions)
+    assert_strings_and_partitions(info)
     ready = first_ready(obj)
     if ready is None or not isinstance(ready.get("reason"), str):
         assert info.state == "" and not info.ready(READY_STATES), "no readable state is not ready"

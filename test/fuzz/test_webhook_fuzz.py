@@ -25,11 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.slices import admission as replica_admission
-from ome.runtime.certs import KeyPair, generate_ca, issue_serving_cert
+from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.client import Client
 from ome.runtime.webhook import MAX_BODY, BadReviewError, WebhookServer, parse_review
 from ome.tpuslice import config as cfg
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
+from test.helpers import StaticCerts
 
 from .replicas import ACC, PROVISION_ONLY, any_replicas, replicas
 from .strategies import DEPTHS, FUZZ, JSON, TEXT, json_values, mutants, nested_text
@@ -40,23 +41,6 @@ ANSWERS = {200, 400, 404, 405, 411, 413, 414, 431}
 #: How ``runtime.webhook.unchecked`` words a handler that raised.
 CRASHED = "admitted unchecked: the webhook failed: "
 CONFIG = cfg.parse(GUIDE_CONFIG_JSON)
-
-
-class _StaticCerts:
-    def __init__(self, pair: KeyPair) -> None:
-        self.pair = pair
-
-    def current(self) -> KeyPair | None:
-        return self.pair
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def ready(self) -> str | None:
-        return None
 
 
 class _Nodes:
@@ -133,7 +117,7 @@ class Webhook:
 def webhook() -> Iterator[Webhook]:
     ca = generate_ca("fuzz-ca")
     pair = issue_serving_cert(ca, ["webhook.fuzz.svc"], ["127.0.0.1"])
-    server = WebhookServer("127.0.0.1", 0, _StaticCerts(pair))
+    server = WebhookServer("127.0.0.1", 0, StaticCerts(pair))
     server.register(PATH, replica_admission.ReplicaAdmission(cast(Client, _Nodes()), CONFIG))
     problems = _Problems()
     logger = logging.getLogger("ome")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ome.sim import bench
 from ome.tpuslice import naming
 
@@ -158,8 +160,6 @@ def test_a_kubeconfig_left_by_an_earlier_run_is_not_taken_for_the_new_servers(
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(bench, "_spawn", spawn)
-    try:
+    with pytest.raises(RuntimeError, match="stop here"):
         bench.Stage(tmp_path, hosts=1, activation_delay=1.0).start()
-    except RuntimeError:
-        pass
     assert seen == {"apiserver": False}

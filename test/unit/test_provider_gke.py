@@ -26,6 +26,7 @@ from ome.tpuslice.naming import (
 )
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
+from test.helpers import assert_strings_and_partitions
 from test.unit.slicekit import CONFIG as GUIDE
 from test.unit.slicekit import JSON, NAME, NAMESPACE, ONE_HOST, READY_STATES, TPU7X, UID
 
@@ -442,20 +443,7 @@ def shaped(level: str) -> st.SearchStrategy[Any]:
 @given(st.one_of(st.dictionaries(st.text(max_size=8), json_values, max_size=4), shaped("root")))
 def test_parse_never_raises_on_a_malformed_slice(obj: JSON) -> None:
     info = gke.parse(obj)
-    for text in (
-        info.name,
-        info.uid,
-        info.resource_version,
-        info.owner_uid,
-        info.owner,
-        info.slice_type,
-        info.topology,
-        info.state,
-        info.status,
-        info.message,
-    ):
-        assert isinstance(text, str)
-    assert all(isinstance(p, str) for p in info.partitions)
+    assert_strings_and_partitions(info)
     for t in (info.created, info.last_transition):
         assert t is None or (isinstance(t, datetime) and t.tzinfo is not None)
     assert info.slot is None or (type(info.slot.instance) is int and type(info.slot.ordinal) is int)

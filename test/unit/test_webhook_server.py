@@ -27,27 +27,9 @@ from ome.runtime.webhook import (
     WebhookServer,
     parse_review,
 )
+from test.helpers import StaticCerts
 
 NAMES = ["hooks.webhooks.svc"]
-
-
-class StaticCerts:
-    """A certificate source whose pair the test sets."""
-
-    def __init__(self, pair: KeyPair | None) -> None:
-        self.pair = pair
-
-    def current(self) -> KeyPair | None:
-        return self.pair
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def ready(self) -> str | None:
-        return None if self.pair else "the test has set no pair"
 
 
 @pytest.fixture(scope="module")
