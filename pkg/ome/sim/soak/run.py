@@ -813,12 +813,20 @@ class Soak:
         identity = slot.proc.identity
         before = self._counters(slot), self._event_counts(), self.checker.slice_deletes[identity]
         problems: list[str] = []
-        # A loss: a Slice of a Ready service deleted from outside; the service is rebuilt.
-        victim = self._live_slice(0.0, active=True)
-        if victim is not None:
-            self.rest.delete(gke.SLICES, victim["metadata"]["name"])
-        # A deferred release: a foreign pod on the hosts of a service that is then deleted.
+        # Two services, one for each: the release deferred is of the last one, the loss of
+        # another (a Slice of the service being deleted would be no loss).
         name = sorted(self.services)[-1] if self.services else None
+        # A loss: a Slice of another Ready service deleted from outside; it is rebuilt.
+        others = [
+            s
+            for s in self._ome_slices()
+            if not s["metadata"].get("deletionTimestamp")
+            and gke.parse(s).ready(READY_STATES)
+            and not (name and str(s["metadata"]["name"]).startswith(f"{name}-"))
+        ]
+        if others:
+            self.rest.delete(gke.SLICES, others[0]["metadata"]["name"])
+        # A deferred release: a foreign pod on the hosts of a service that is then deleted.
         holder = None
         if name is not None:
             hosts = [
