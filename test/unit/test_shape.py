@@ -142,3 +142,29 @@ def test_the_largest_topology_of_a_first_dimension_is_the_last_that_fits(first: 
     with pytest.raises(ShapeError) as e:
         parse_topology(f"{first}x{most + 1}")
     assert str(e.value) == overflow_message(f"{first}x{most + 1}")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '2"x1',
+            'topology "2\\"x1": dimension "2\\"" is not a positive integer without leading zeros',
+        ),
+        (
+            "2\\x1",
+            'topology "2\\\\x1": dimension "2\\\\" is not a positive integer without leading zeros',
+        ),
+        ('"', 'topology "\\"": want 2 or 3 dimensions separated by \'x\''),
+        (
+            "2x2\nx1",
+            'topology "2x2\\nx1": dimension "2\\n" is not a positive integer without leading zeros',
+        ),
+    ],
+)
+def test_a_topology_is_quoted_with_json_escaping_in_its_error(text: str, message: str) -> None:
+    """B1: ``"<s>"`` is the text in double quotes with JSON escaping, so a quote, a backslash
+    or a newline in a configured topology cannot make the message ambiguous."""
+    with pytest.raises(ShapeError) as e:
+        parse_topology(text)
+    assert str(e.value) == message

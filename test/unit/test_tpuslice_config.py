@@ -427,6 +427,13 @@ OWNER_KIND = "cloud.google.com/slice-owner-kind"
                 f'{ACC}.topologies[0]: topology "2x02x1": dimension "02" is not a positive integer without leading zeros'
             ],
         ),
+        (  # B1's "<s>" is JSON-escaped: a quote in a configured topology stays unambiguous
+            {f"{ACC}.topologies": ['2"x1']},
+            [
+                f'{ACC}.topologies[0]: topology "2\\"x1": dimension "2\\"" is not a positive '
+                "integer without leading zeros"
+            ],
+        ),
         (
             {f"{ACC}.topologies": ["2x2x1", "2x2x1"]},
             [f'{ACC}.topologies[1]: "2x2x1" is listed twice'],

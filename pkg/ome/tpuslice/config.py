@@ -26,7 +26,7 @@ from ome.tpuslice.naming import (
     OWNER_ANNOTATION,
     OWNER_UID_LABEL,
 )
-from ome.tpuslice.shape import ShapeError, hosts, parse_topology
+from ome.tpuslice.shape import ShapeError, hosts, parse_topology, quote
 from ome.tpuslice.types import Accelerator, Config, SliceSettings
 
 INVALID_CONFIG = "invalid tpuSliceProvisioning config"
@@ -273,13 +273,13 @@ def _check_schema(value: Any, kind: _Kind, path: str, problems: list[str]) -> No
         for key, item in value.items():
             child = f"{path}[{key}]" if isinstance(kind, _MapOf) else _field_path(path, key)
             if key in duplicates:
-                problems.append(f"duplicate field {_quote(child)}")
+                problems.append(f"duplicate field {quote(child)}")
             if isinstance(kind, _MapOf):
                 _check_schema(item, kind.values, child, problems)
             elif key in kind.fields:
                 _check_schema(item, kind.fields[key], child, problems)
             else:
-                problems.append(f"unknown field {_quote(child)}")
+                problems.append(f"unknown field {quote(child)}")
 
 
 #: An integer field holds at most ``MAX_DIGITS`` digits, so every message can print it.
@@ -319,11 +319,6 @@ def _describe(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return f"a {type(value).__name__}"
-
-
-def _quote(value: str) -> str:
-    """``"<v>"``: the value in double quotes with JSON escaping."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 # -- A4: validation ---------------------------------------------------------------------------
@@ -404,7 +399,7 @@ class _Reader:
             return False
         if problems := qualified_name_problems(value):
             self.errors.append(
-                f"{path}: {_quote(value)} is not a qualified name: {'; '.join(problems)}"
+                f"{path}: {quote(value)} is not a qualified name: {'; '.join(problems)}"
             )
             return False
         return True
@@ -412,13 +407,13 @@ class _Reader:
     def label_value(self, path: str, value: str) -> None:
         if problems := label_value_problems(value):
             self.errors.append(
-                f"{path}: {_quote(value)} is not a label value: {'; '.join(problems)}"
+                f"{path}: {quote(value)} is not a label value: {'; '.join(problems)}"
             )
 
     def listed_twice(self, path: str, value: str, seen: set[str]) -> bool:
         """``"<s>" is listed twice`` for a value already in ``seen``, which it joins."""
         if value in seen:
-            self.errors.append(f"{path}: {_quote(value)} is listed twice")
+            self.errors.append(f"{path}: {quote(value)} is listed twice")
             return True
         seen.add(value)
         return False
@@ -457,7 +452,7 @@ def validate(raw: dict[str, Any]) -> list[str]:
         value = r.text(r.section(raw, section), key, path)
         if value is not None and r.qualified_name(path, value):
             if value in used:
-                r.errors.append(f"{path}: {_quote(value)} is already used by {used[value]}")
+                r.errors.append(f"{path}: {quote(value)} is already used by {used[value]}")
             else:
                 used[value] = path
 
@@ -484,7 +479,7 @@ def validate(raw: dict[str, Any]) -> list[str]:
         and name_label == kind_label
     ):
         r.errors.append(
-            f"slice.ownerNameLabel: {_quote(name_label or '')} is already used by "
+            f"slice.ownerNameLabel: {quote(name_label or '')} is already used by "
             "slice.ownerKindLabel"
         )
 
@@ -507,7 +502,7 @@ def validate(raw: dict[str, Any]) -> list[str]:
         if not r.qualified_name(path, pod_key) or pod_key is None:
             continue
         if not r.listed_twice(path, pod_key, seen) and pod_key in annotations:
-            r.errors.append(f"{path}: {_quote(pod_key)} is already set by slice.annotations")
+            r.errors.append(f"{path}: {quote(pod_key)} is already set by slice.annotations")
 
     # 9. readyStates
     states = r.texts(settings, "readyStates", "slice.readyStates")
@@ -524,7 +519,7 @@ def validate(raw: dict[str, Any]) -> list[str]:
     # 10. readyTimeout: unset disables the timeout
     timeout = r.text(settings, "readyTimeout", "slice.readyTimeout")
     if timeout and not _is_positive_duration(timeout):
-        r.errors.append(f"slice.readyTimeout: {_quote(timeout)} must be a positive duration")
+        r.errors.append(f"slice.readyTimeout: {quote(timeout)} must be a positive duration")
 
     # 11. what the controller writes on every Slice itself
     for label in dict.fromkeys((kind_label, name_label)):

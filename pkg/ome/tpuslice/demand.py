@@ -17,7 +17,7 @@ from kubernetes.utils import quantity as _quantity
 
 from ome.api.v1beta1 import MAX_WORKERS
 from ome.kube import JSON
-from ome.tpuslice.shape import MAX_CHIPS, ShapeError, Topology, hosts, parse_topology
+from ome.tpuslice.shape import MAX_CHIPS, ShapeError, Topology, hosts, parse_topology, quote
 from ome.tpuslice.types import Accelerator, Config
 
 #: The prefix of every demand error (B6).
@@ -34,11 +34,6 @@ _parse_quantity: Callable[[str | int | float], object] = _quantity.parse_quantit
 class DemandError(ValueError):
     """An Instance whose pods cannot be placed on a provisioned slice; ``str()`` is the full
     user message, starting with ``E``."""
-
-
-def _q(value: str) -> str:
-    """``"<v>"`` of behaviour.md: the value in double quotes with JSON escaping."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _map(value: object) -> JSON:
@@ -79,7 +74,7 @@ def _chips(value: object, where: str) -> int:
     except ValueError:
         pass
     text = value if isinstance(value, str) else _shown(value)
-    raise ShapeError(f"{where} {_q(text)} is not a non-negative quantity")
+    raise ShapeError(f"{where} {quote(text)} is not a non-negative quantity")
 
 
 def _shown(value: object) -> str:
@@ -102,7 +97,7 @@ def pod_chips(pod_spec: JSON, chip_resource: str) -> int:
         container = _map(item)
         resources = _map(container.get("resources"))
         name = container.get("name")
-        label = f"container {_q(name)}" if isinstance(name, str) else f"container {i}"
+        label = f"container {quote(name)}" if isinstance(name, str) else f"container {i}"
         for kind in ("limits", "requests"):
             value = _map(resources.get(kind)).get(chip_resource)
             if value is not None:
@@ -169,7 +164,7 @@ def pod_shape(pod_spec: JSON, config: Config) -> Shape | None:
     accelerator = selector.get(config.accelerator_label, "")
     if not accelerator:
         raise ShapeError(
-            f"nodeSelector names topology {_q(raw)} under {config.topology_label} but no "
+            f"nodeSelector names topology {quote(raw)} under {config.topology_label} but no "
             f"accelerator under {config.accelerator_label}"
         )
     try:
@@ -244,20 +239,20 @@ def demand(
         chosen = _str_map(spec.get("nodeSelector")).get(config.slice_label)
         if chosen is not None:
             raise DemandError(
-                f"{E}: pod {i} selects slice {_q(chosen)}; a provision-only pool's slice is "
+                f"{E}: pod {i} selects slice {quote(chosen)}; a provision-only pool's slice is "
                 "provisioned for the pods"
             )
 
     accelerator = config.accelerators.get(first.accelerator)
     if accelerator is None:
         raise DemandError(
-            f"{E}: accelerator {_q(first.accelerator)} has provision-only nodes but no "
+            f"{E}: accelerator {quote(first.accelerator)} has provision-only nodes but no "
             "provisioning configuration"
         )
     if str(first.topology) not in accelerator.topologies:
         raise DemandError(
             f"{E}: topology {first.topology} is not provisionable for accelerator "
-            f"{_q(first.accelerator)}; provisionable: {', '.join(accelerator.topologies)}"
+            f"{quote(first.accelerator)}; provisionable: {', '.join(accelerator.topologies)}"
         )
 
     chips: list[int] = []

@@ -5,6 +5,7 @@ Pure: no I/O and no provider types. Every message here is the one users read.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -16,6 +17,13 @@ MAX_CHIPS = 2**63 - 1
 #: A dimension of more digits exceeds ``MAX_CHIPS`` on its own (dimensions have no leading
 #: zeros), so it is refused before ``int()``, which also caps the digits it converts.
 _MAX_DIGITS = len(str(MAX_CHIPS))
+
+
+def quote(value: str) -> str:
+    """``"<v>"`` of every message of the pure core: the value in double quotes with JSON
+    escaping, so that a quote, a backslash or a control character in what a user configured
+    cannot make the message ambiguous."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 class ShapeError(ValueError):
@@ -43,17 +51,17 @@ def parse_topology(text: str) -> Topology:
     per-dimension checks. A single dimension above ``MAX_CHIPS`` is the same error."""
     parts = text.split("x")
     if len(parts) not in (2, 3):
-        raise ShapeError(f"topology \"{text}\": want 2 or 3 dimensions separated by 'x'")
+        raise ShapeError(f"topology {quote(text)}: want 2 or 3 dimensions separated by 'x'")
     for part in parts:
         if not _DIMENSION.fullmatch(part):
             raise ShapeError(
-                f'topology "{text}": dimension "{part}" is not a positive integer without '
-                "leading zeros"
+                f"topology {quote(text)}: dimension {quote(part)} is not a positive integer "
+                "without leading zeros"
             )
     if any(len(part) > _MAX_DIGITS for part in parts) or (
         math.prod(int(part) for part in parts) > MAX_CHIPS
     ):
-        raise ShapeError(f'topology "{text}": chip count overflows a 64-bit integer')
+        raise ShapeError(f"topology {quote(text)}: chip count overflows a 64-bit integer")
     return Topology(tuple(int(p) for p in parts))
 
 
