@@ -19,10 +19,16 @@ from urllib3.exceptions import ProtocolError
 
 from ome.controllers.slices.act import SliceActor
 from ome.controllers.slices.metrics import SliceMetrics
-from ome.controllers.slices.model import Replica
-from ome.controllers.slices.plan import GateObservation, gate_pass
+from ome.controllers.slices.model import Pod, Replica
+from ome.controllers.slices.plan import (
+    GateObservation,
+    ReleaseObservation,
+    gate_pass,
+    release_pass,
+)
 from ome.provider import gke
 from ome.runtime.expectations import Expectations
+from ome.runtime.rest import PODS
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from test.unit import slicekit
@@ -275,3 +281,79 @@ def test_a_slice_we_created_is_timed_from_its_create_to_its_first_ready_state_on
     count = "ome_tpu_slice_provision_duration_seconds_count"
     assert sample(registry, count) == 1
     assert sample(registry, "ome_tpu_slice_provision_duration_seconds_sum") == 3.0
+
+
+@dataclass
+class LossAPI(FakeAPI):
+    """The API of a loss: every Slice gone, the replica's ``pods`` as a live list shows them,
+    and of those the ``gone`` ones deleted meanwhile by someone else, so that a delete of one
+    answers 404, which the client returns as None."""
+
+    pods: list[JSON] = field(default_factory=list)
+    gone: set[str] = field(default_factory=set)
+    deleted: list[str] = field(default_factory=list)
+
+    def live_list(self, res: Any, *args: Any, **kwargs: Any) -> list[JSON]:
+        return copy.deepcopy(self.pods) if res == PODS else []
+
+    def delete(self, res: Any, name: str, namespace: str | None = None, **kw: Any) -> JSON | None:
+        assert res == PODS and kw.get("uid") == f"uid-{name}", "a UID precondition"
+        if name in self.gone:
+            return None
+        self.deleted.append(name)
+        return {"kind": "Status", "status": "Success"}
+
+
+def running_pod(name: str, slice_name: str) -> JSON:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": slicekit.NAMESPACE,
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2025-03-01T11:00:00Z",
+        },
+        "spec": {"nodeName": "node-a", "nodeSelector": {slicekit.SLICE: slice_name}},
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.mark.parametrize("already_gone", [False, True])
+def test_a_lost_slices_pod_that_was_already_gone_is_neither_named_nor_counted(
+    already_gone: bool,
+) -> None:
+    """H4: a pod whose delete finds it gone (NotFound) was not deleted by OME, so SliceLost
+    does not name it, and with no pod deleted there is no SliceLost and no count."""
+    replica = engine()
+    name = replica.slice_name(Slot(0, 0))
+    pod_name = f"{replica.name}-0-default-0"
+    running = running_pod(pod_name, name)
+    api = LossAPI(pods=[running], gone={pod_name} if already_gone else set())
+    recorder, registry = Recorder(), CollectorRegistry()
+    act = actor(api, recorder, registry)
+    obs = ReleaseObservation(
+        replica=replica,
+        config=CONFIG,
+        provision_only=PROVISION_ONLY,
+        owned=(),
+        named={},
+        pods=(Pod.from_json(running, CONFIG.slice_label, CONFIG.chip_resource),),
+        nodes={"node-a": None},
+        releasing=frozenset(),
+    )
+    plan = release_pass(obs)
+    assert plan.suspects == [name]
+    assert not act.release(obs, plan).failed
+    if already_gone:
+        assert api.deleted == [] and recorder.events == []
+        assert sample(registry, "ome_tpu_slice_lost_total") == 0
+    else:
+        assert api.deleted == [pod_name]
+        assert recorder.events == [
+            (
+                "Warning",
+                "SliceLost",
+                f"TPU slice {name} was deleted while pods {pod_name} ran on it; they are "
+                "deleted so that their Instance is rebuilt",
+            )
+        ]
+        assert sample(registry, "ome_tpu_slice_lost_total") == 1

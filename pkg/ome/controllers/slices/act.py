@@ -453,7 +453,7 @@ class SliceActor:
             if not self.pods.reserve_delete(replica.key, pod.name, pod.uid):
                 continue
             try:
-                self.client.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
+                answer = self.client.delete(PODS, pod.name, pod.namespace, uid=pod.uid)
             except ApiException as e:
                 self.pods.delete_failed(replica.key, pod.name)
                 if e.status == 409:
@@ -462,6 +462,8 @@ class SliceActor:
             except Exception:
                 self.pods.delete_failed(replica.key, pod.name)
                 raise
+            if answer is None:
+                continue  # H4: NotFound, gone already: not deleted by us, so not reported
             deleted.append(pod.name)
         if not deleted:
             return
