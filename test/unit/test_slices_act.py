@@ -17,12 +17,15 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from urllib3.exceptions import ProtocolError
 
-from ome.controllers.slices.act import SliceActor
+from ome.api.v1beta1 import INFERENCE_REPLICAS
+from ome.controllers.slices import release as releases
+from ome.controllers.slices.act import ReleaseOutcome, SliceActor
 from ome.controllers.slices.metrics import SliceMetrics
 from ome.controllers.slices.model import Pod, Replica
 from ome.controllers.slices.plan import (
     GateObservation,
     ReleaseObservation,
+    ReleasePlan,
     gate_pass,
     release_pass,
 )
@@ -357,3 +360,73 @@ def test_a_lost_slices_pod_that_was_already_gone_is_neither_named_nor_counted(
             )
         ]
         assert sample(registry, "ome_tpu_slice_lost_total") == 1
+
+
+@dataclass
+class SweepAPI(FakeAPI):
+    """The API of a sweep: the replica as the server holds it, its Slices, no pods and no
+    hosts; ``deleted`` records each Slice delete with its preconditions."""
+
+    replica: JSON = field(default_factory=dict)
+    deleted: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+
+    def live_get_or_none(self, res: Any, name: str, namespace: str | None = None) -> JSON | None:
+        if res == INFERENCE_REPLICAS:
+            return copy.deepcopy(self.replica)
+        return super().live_get_or_none(res, name, namespace)
+
+    def delete(self, res: Any, name: str, namespace: str | None = None, **kw: Any) -> JSON:
+        assert res == gke.SLICES
+        self.deleted.append((name, kw.get("uid"), kw.get("resource_version")))
+        return {"kind": "Status", "status": "Success"}
+
+
+def scaled_down() -> tuple[Replica, JSON]:
+    """A replica scaled down to Instance 0, and the Slice its Instance 1 no longer wants."""
+    replica = slicekit.replica(rows=[slicekit.row(0)], replicas=1)
+    slot = Slot(1, 0)
+    body = gke.body(replica.raw, slot, slicekit.ONE_HOST, CONFIG, replica.annotations)
+    body["metadata"].update(uid="slice-uid-1", resourceVersion="42")
+    return replica, body
+
+
+def sweep(
+    api: SweepAPI, replica: Replica, act: SliceActor, cached: JSON
+) -> tuple[ReleasePlan, ReleaseOutcome]:
+    obs = ReleaseObservation(
+        replica=replica,
+        config=CONFIG,
+        provision_only=PROVISION_ONLY,
+        owned=(gke.parse(cached),),
+        named={},
+        pods=(),
+        nodes={},
+        releasing=frozenset(),
+    )
+    plan = release_pass(obs)
+    return plan, act.release(obs, plan)
+
+
+def test_the_sweep_releases_only_what_confirm_sweep_confirms_on_live_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """G3: the sweep's live confirmation is ``release.confirm_sweep`` itself, the function the
+    unit tests pin down, not a copy of it: what it declines is never deleted, and what it
+    confirms is deleted under the live UID and resourceVersion."""
+    replica, cached = scaled_down()
+    name = cached["metadata"]["name"]
+    asked: list[str] = []
+    confirm = releases.confirm_sweep
+
+    def declining(*args: Any, **kwargs: Any) -> Any:
+        asked.append(name)
+        return None
+
+    for spy, want in ((declining, []), (confirm, [(name, "slice-uid-1", "42")])):
+        api = SweepAPI(slices={name: cached}, replica=replica.raw)
+        act = actor(api, Recorder(), CollectorRegistry())
+        monkeypatch.setattr(releases, "confirm_sweep", spy)
+        plan, out = sweep(api, replica, act, cached)
+        assert [s.name for s in plan.releases] == [name] and not out.failed
+        assert api.deleted == want
+    assert asked == [name], "the sweep asked confirm_sweep"

@@ -418,15 +418,12 @@ class SliceActor:
         pods = self._replica_pods(reads, replica)
         for cached in plan.releases:
             live = self._slice(cached.name)
-            if (
-                live is None
-                or live.uid != cached.uid
-                or not releases.unwanted(replica, verdict, [live], pods)
-            ):
+            # The hosts' pods are read before the decision needs them: a Slice the sweep
+            # planned is nearly always still unwanted, and one gone needs none.
+            host_pods = self._host_pods(reads, cached.name) if live is not None else []
+            step = releases.confirm_sweep(cached, live, replica, verdict, pods, host_pods)
+            if step is None:
                 continue
-            step = releases.release_or_defer(
-                live, self._host_pods(reads, live.name), with_version=True
-            )
             wait = self._release(replica, step)
             if wait is not None:
                 out.retry_in(wait)
