@@ -15,7 +15,7 @@ import pytest
 
 from ome.kube import JSON
 from ome.runtime.client import Client, RetryPolicy
-from ome.runtime.events import EventRecorder
+from ome.runtime.events import EventRecorder, spam_key_by_reason
 from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, Rest
 from ome.sim.apiserver.faults import Fault
 from test.conftest import Cluster, Kubectl
@@ -247,6 +247,56 @@ def test_the_spam_budget_is_configurable(
     recorder.event(cm, "Normal", "R4", "m")
     assert recorder.flush()
     assert sorted(e["reason"] for e in events(rest)) == ["R0", "R1", "R4"]
+
+
+def test_a_spam_key_by_reason_gives_each_reason_its_own_budget_and_exempts_some(
+    make_recorder: Callable[..., EventRecorder], rest: Rest, cm: JSON, clock: FakeClock
+) -> None:
+    """client-go's SpamKeyFunc, chosen: a reason repeated past its budget drops its own
+    repeats only, and an exempt reason is never dropped."""
+    recorder = make_recorder(burst=3, spam_key=spam_key_by_reason(["Lost"]))
+    for i in range(6):
+        recorder.event(cm, "Warning", "Held", f"held {i}")  # six messages: no aggregation
+        clock.advance(1)
+    recorder.event(cm, "Warning", "Deferred", "kept")
+    for i in range(6):
+        recorder.event(cm, "Warning", "Lost", f"lost {i}")
+    assert recorder.flush()
+    written = {
+        reason: sorted(e["message"] for e in events(rest, reason=reason))
+        for reason in ("Held", "Deferred", "Lost")
+    }
+    assert written == {
+        "Held": ["held 0", "held 1", "held 2"],
+        "Deferred": ["kept"],
+        "Lost": [f"lost {i}" for i in range(6)],
+    }
+
+
+def test_a_lasting_condition_is_recorded_when_it_starts_or_changes_and_then_once_a_minute(
+    recorder: EventRecorder, rest: Rest, cm: JSON, clock: FakeClock
+) -> None:
+    """A condition seen on every pass (every 5 s here) for ten minutes: recorded when it
+    starts, refreshed once a minute (its count grows), recorded at once when its gist changes,
+    and a second subject of the same reason has its own record."""
+    for _ in range(24):  # two minutes
+        recorder.lasting(cm, "Warning", "Held", "instance 0 waits", subject="0")
+        recorder.lasting(cm, "Warning", "Held", "instance 1 waits", subject="1")
+        clock.advance(5)
+    recorder.lasting(cm, "Warning", "Held", "instance 0 waits longer", subject="0")
+    for wait in range(96):  # eight more minutes; the wait is not news
+        text = f"instance 0 waited {wait}s"
+        recorder.lasting(cm, "Warning", "TimedOut", text, subject="0", gist="waited")
+        clock.advance(5)
+    assert recorder.flush()
+    got = {e["message"]: e["count"] for e in events(rest, reason="Held")}
+    assert got["instance 1 waits"] == 2  # at 0 s and 60 s
+    assert got["instance 0 waits"] == 2
+    assert got["instance 0 waits longer"] == 1  # its change recorded at once
+    # The gist "waited" is first seen at 120 s, then refreshed at 180, 240 ... 540 s, each
+    # time with the text of the moment (an Event of its own, as a new message is).
+    waited = sorted((e["count"], e["message"]) for e in events(rest, reason="TimedOut"))
+    assert waited == sorted((1, f"instance 0 waited {w}s") for w in range(0, 85, 12))
 
 
 def test_namespaced_and_cluster_scoped_objects(

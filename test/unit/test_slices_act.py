@@ -9,7 +9,7 @@ import itertools
 import random
 import threading
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from urllib3.exceptions import ProtocolError
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
+from ome.controllers.setup import NEVER_FILTERED
 from ome.controllers.slices import release as releases
 from ome.controllers.slices.act import ReleaseOutcome, SliceActor
 from ome.controllers.slices.metrics import SliceMetrics
@@ -30,6 +31,7 @@ from ome.controllers.slices.plan import (
     release_pass,
 )
 from ome.provider import gke
+from ome.runtime.events import EventRecorder, spam_key_by_reason
 from ome.runtime.expectations import Expectations
 from ome.runtime.rest import PODS
 from ome.tpuslice.hosts import Host
@@ -87,6 +89,9 @@ class Recorder:
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
     def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def lasting(self, obj: JSON, type_: str, reason: str, message: str, **_: Any) -> None:
         self.events.append((type_, reason, message))
 
 
@@ -430,3 +435,104 @@ def test_the_sweep_releases_only_what_confirm_sweep_confirms_on_live_values(
         assert [s.name for s in plan.releases] == [name] and not out.failed
         assert api.deleted == want
     assert asked == [name], "the sweep asked confirm_sweep"
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class EventAPI:
+    """The API as the event recorder writes to it: Events by name, and every write."""
+
+    stored: dict[str, JSON] = field(default_factory=dict)
+    writes: list[tuple[str, str]] = field(default_factory=list)
+
+    def create(self, res: Any, body: JSON, namespace: str | None = None) -> JSON:
+        self.stored[body["metadata"]["name"]] = copy.deepcopy(body)
+        self.writes.append(("create", body["reason"]))
+        return copy.deepcopy(body)
+
+    def patch(self, res: Any, name: str, patch: JSON, namespace: str | None = None) -> JSON:
+        self.stored[name].update(copy.deepcopy(patch))
+        self.writes.append(("patch", self.stored[name]["reason"]))
+        return copy.deepcopy(self.stored[name])
+
+    def by_reason(self, reason: str) -> list[JSON]:
+        return [e for e in self.stored.values() if e["reason"] == reason]
+
+
+def test_an_instance_held_for_ten_minutes_leaves_a_later_slice_lost_its_warning() -> None:
+    """Instance 0 held on SliceOwnershipConflict for ten minutes, a pass every 5 s, as the
+    manager's recorder records it: the hold's Warnings written number at most 15 (when it
+    starts, then about once a minute), and a SliceLost on the same InferenceService after it
+    is still written."""
+    clock = FakeClock(NOW)
+    events = EventAPI()
+    recorder = EventRecorder(
+        events,  # type: ignore[arg-type]
+        "inferencereplica-controller",
+        clock=clock,
+        spam_key=spam_key_by_reason(NEVER_FILTERED),
+    )
+    recorder.start()
+    service = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService", "name": "qwen3-tpu"}
+    raw = copy.deepcopy(engine(replicas=2).raw)
+    raw["metadata"]["ownerReferences"] = [{**service, "uid": "isvc-uid", "controller": True}]
+    replica = Replica.from_json(raw)
+    held = replica.slice_name(Slot(0, 0))
+    foreign = {
+        "metadata": {"name": held, "uid": "foreign", "labels": {"team": "other"}},
+        "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
+    }
+    lost = replica.slice_name(Slot(1, 0))
+    pod_name = f"{replica.name}-1-default-0"
+    running = running_pod(pod_name, lost)
+    api = LossAPI(slices={held: foreign}, pods=[running])
+    act = SliceActor(
+        api,  # type: ignore[arg-type]
+        CONFIG,
+        recorder,
+        SliceMetrics(CONFIG, CollectorRegistry()),
+        Expectations(),
+        Expectations(),
+        clock,
+    )
+    for _ in range(120):
+        obs = replace(observe(replica, {held: foreign}, act.slices, {0: Slot(0, 0)}), now=clock())
+        out = act.gate(obs, gate_pass(obs))
+        assert out.holds[0].message == f"slice is owned by another object: {held}"
+        clock.advance(5)
+    obs_loss = ReleaseObservation(
+        replica=replica,
+        config=CONFIG,
+        provision_only=PROVISION_ONLY,
+        owned=(),
+        named={},
+        pods=(Pod.from_json(running, CONFIG.slice_label, CONFIG.chip_resource),),
+        nodes={"node-a": None},
+        releasing=frozenset(),
+    )
+    act.release(obs_loss, release_pass(obs_loss))
+    assert recorder.flush()
+    recorder.stop()
+    conflict_writes = [w for w in events.writes if w[1] == "SliceOwnershipConflict"]
+    assert 1 <= len(conflict_writes) <= 15
+    [conflict] = events.by_reason("SliceOwnershipConflict")
+    assert conflict["count"] == len(conflict_writes)
+    assert conflict["involvedObject"]["kind"] == "InferenceService"
+    [slice_lost] = events.by_reason("SliceLost")
+    assert slice_lost["involvedObject"] == conflict["involvedObject"]
+    assert slice_lost["message"] == (
+        f"TPU slice {lost} was deleted while pods {pod_name} ran on it; they are deleted so "
+        "that their Instance is rebuilt"
+    )

@@ -212,8 +212,16 @@ def test_an_invalid_demand_withholds_each_instance_about_to_get_pods_with_a_warn
     assert holds == {0: Hold("SliceDemandInvalid", BAD), 3: Hold("SliceDemandInvalid", BAD)}
     assert list(holds) == [0, 3]
     assert events == [
-        Event("SliceDemandInvalid", f"OMENative component=engine instance=0 withheld: {BAD}"),
-        Event("SliceDemandInvalid", f"OMENative component=engine instance=3 withheld: {BAD}"),
+        Event(
+            "SliceDemandInvalid",
+            f"OMENative component=engine instance=0 withheld: {BAD}",
+            lasting="component=engine instance=0",
+        ),
+        Event(
+            "SliceDemandInvalid",
+            f"OMENative component=engine instance=3 withheld: {BAD}",
+            lasting="component=engine instance=3",
+        ),
     ]
     assert all(e.on == "service" for e in events)
 

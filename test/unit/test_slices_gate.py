@@ -186,6 +186,7 @@ def test_a_foreign_slice_at_our_name_holds_the_slot_with_an_ownership_conflict()
         event=Event(
             "SliceOwnershipConflict",
             f"OMENative component=engine instance=3 withheld: slice is owned by another object: {N}",
+            lasting="component=engine instance=3",
         ),
     )
     assert verdict.event is not None and verdict.event.on == "service"
@@ -243,7 +244,10 @@ def test_a_timed_out_slices_hold_carries_the_full_ready_timeout_text() -> None:
     )
     verdict = judge_slot(0, found, [], replica(), ONE_HOST, CONFIG, NOW)
     assert verdict == SlotVerdict(
-        hold=Hold(CAP, text), recycle=Recycle(0, found, "SliceReadyTimeout", text)
+        hold=Hold(CAP, text),
+        recycle=Recycle(
+            0, found, "SliceReadyTimeout", text, f"{found.uid}: slice {N} is ACTIVATING"
+        ),
     )
 
 
@@ -354,7 +358,11 @@ def test_a_slice_with_partitions_short_of_ready_past_the_timeout_is_recycled(
 ) -> None:
     verdict = judge_slot(2, found, [], replica(), ONE_HOST, config, NOW)
     assert verdict.hold == Hold(CAP, text)
-    assert verdict.recycle == (Recycle(2, found, "SliceReadyTimeout", text) if recycled else None)
+    # The gist is the Slice and its E3 reason: a longer wait is no news.
+    gist = f"{found.uid}: {text.rsplit(' for ', 1)[0]}"
+    assert verdict.recycle == (
+        Recycle(2, found, "SliceReadyTimeout", text, gist) if recycled else None
+    )
     assert verdict.event is None
     assert not verdict.ready
 
@@ -382,7 +390,9 @@ def test_host_availability_comes_before_the_visible_host_count() -> None:
         "provisioned again once no pod holds it"
     )
     verdict = judge_slot(0, found, hosts, rep, TWO_HOSTS, CONFIG, NOW)
-    assert verdict == SlotVerdict(hold(text), Recycle(0, found, "SliceHostUnavailable", text))
+    assert verdict == SlotVerdict(
+        hold(text), Recycle(0, found, "SliceHostUnavailable", text, f"{found.uid}: {text}")
+    )
     assert "only 1 of its 2 hosts" not in verdict.hold.message  # type: ignore[union-attr]
 
 
@@ -395,7 +405,9 @@ def test_a_host_is_usable_only_if_every_pod_tolerates_it() -> None:
     hosts = [host("a", cordoned=True), host("b")]
     text = f"slice {N} is ACTIVE, but node a is cordoned; {RECYCLED}"
     verdict = judge_slot(0, found, hosts, rep, TWO_HOSTS, CONFIG, NOW)
-    assert verdict == SlotVerdict(hold(text), Recycle(0, found, "SliceHostUnavailable", text))
+    assert verdict == SlotVerdict(
+        hold(text), Recycle(0, found, "SliceHostUnavailable", text, f"{found.uid}: {text}")
+    )
     # Once every pod tolerates the cordon, the Slice is ready.
     both = replica(multi(tolerations=[UNSCHEDULABLE_TOLERATION]))
     assert judge_slot(0, found, hosts, both, TWO_HOSTS, CONFIG, NOW) == SlotVerdict(ready=True)
@@ -436,7 +448,9 @@ def test_a_ready_slice_with_a_host_its_pods_cannot_use_is_recycled(
     found = sl(topology="2x2x2", state=state)
     text = f"slice {N} is {state}, but {reasons}; it is released and provisioned again once no pod holds it"
     verdict = judge_slot(1, found, hosts, replica(multi()), TWO_HOSTS, CONFIG, NOW)
-    assert verdict == SlotVerdict(hold(text), Recycle(1, found, "SliceHostUnavailable", text))
+    assert verdict == SlotVerdict(
+        hold(text), Recycle(1, found, "SliceHostUnavailable", text, f"{found.uid}: {text}")
+    )
 
 
 @pytest.mark.parametrize(
@@ -530,14 +544,21 @@ def test_the_gate_judges_each_instance_whose_slice_exists_and_confines_the_ready
             5: hold(host_text),
         },
         recycles=[
-            Recycle(2, timed_out, "SliceReadyTimeout", timeout_text),
-            Recycle(5, broken, "SliceHostUnavailable", host_text),
+            Recycle(
+                2,
+                timed_out,
+                "SliceReadyTimeout",
+                timeout_text,
+                f"{timed_out.uid}: slice {n(2)} is ACTIVATING",
+            ),
+            Recycle(5, broken, "SliceHostUnavailable", host_text, f"{broken.uid}: {host_text}"),
         ],
         events=[
             Event(
                 "SliceOwnershipConflict",
                 f"OMENative component=engine instance=3 withheld: slice is owned by another "
                 f"object: {n(3)}",
+                lasting="component=engine instance=3",
             )
         ],
         confine={0: n(0)},

@@ -96,8 +96,16 @@ def test_an_invalid_demand_withholds_every_instance_about_to_get_pods_with_a_war
         Verdict(error=BAD),
         holds={1: Hold("SliceDemandInvalid", BAD), 2: Hold("SliceDemandInvalid", BAD)},
         events=[
-            Event("SliceDemandInvalid", f"OMENative component=engine instance=1 withheld: {BAD}"),
-            Event("SliceDemandInvalid", f"OMENative component=engine instance=2 withheld: {BAD}"),
+            Event(
+                "SliceDemandInvalid",
+                f"OMENative component=engine instance=1 withheld: {BAD}",
+                lasting="component=engine instance=1",
+            ),
+            Event(
+                "SliceDemandInvalid",
+                f"OMENative component=engine instance=2 withheld: {BAD}",
+                lasting="component=engine instance=2",
+            ),
         ],
     )
 
@@ -159,11 +167,20 @@ def test_the_gate_pass_provisions_absent_slots_and_gates_existing_ones() -> None
             6: Hold(CAP, f"slice {n(6)} is being released"),
         },
         creates=[Create(0, Slot(0, 0), n(0))],
-        recycles=[Recycle(5, timed_out, "SliceReadyTimeout", timeout_text)],
+        recycles=[
+            Recycle(
+                5,
+                timed_out,
+                "SliceReadyTimeout",
+                timeout_text,
+                f"{timed_out.uid}: slice {n(5)} is ACTIVATING",
+            )
+        ],
         events=[
             Event(
                 "SliceOwnershipConflict",
                 f"OMENative component=engine instance=4 withheld: {conflict}",
+                lasting="component=engine instance=4",
             )
         ],
         confine={2: n(2)},

@@ -27,13 +27,22 @@ from ome.runtime.rest import CONFIGMAPS, NODES, PODS
 from ome.tpuslice.config import parse as parse_config
 from ome.tpuslice.types import Config
 
-from .inferencereplica.controller import Hooks, InferenceReplicaReconciler
+from .inferencereplica.controller import (
+    TEARDOWN_DEADLINE_EXCEEDED,
+    Hooks,
+    InferenceReplicaReconciler,
+)
 from .inferenceservice.controller import InferenceServiceReconciler
 from .slices import admission, messages
 from .slices.metrics import SliceGauge, SliceMetrics
 from .slices.reconciler import SliceReconcilers, holder_view
 
 log = logging.getLogger(__name__)
+
+#: Warnings each recorded once for what OME did (SliceLost) or what is left to clean up by
+#: hand (TeardownDeadlineExceeded): the spam filter never drops them. Every other reason has
+#: a budget of its own, which the Warnings of lasting conditions refresh only once a minute.
+NEVER_FILTERED = (messages.SLICE_LOST, TEARDOWN_DEADLINE_EXCEEDED)
 
 CONFIG_MAP = "inferenceservice-config"
 CONFIG_KEY = "tpuSliceProvisioning"
@@ -84,7 +93,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     hooks = hooks or Hooks()
     pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
     replicas = inf.informer(INFERENCE_REPLICAS)
-    recorder = manager.event_recorder("inferencereplica-controller")
+    recorder = manager.event_recorder("inferencereplica-controller", NEVER_FILTERED)
     pod_expectations = Expectations()
     config, why_off = load_config(manager.client, manager.options.namespace)
     slices: SliceReconcilers | None = None

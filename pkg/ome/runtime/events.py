@@ -2,12 +2,23 @@
 correlated (deduplicated, aggregated, spam-filtered) and written by one background thread.
 It knows nothing of TPUs, and must never raise to, nor block, the caller of ``event()``.
 
+Two choices client-go leaves to its user are made here, so that the Warnings a user is told
+to read are not lost among those a lasting condition repeats:
+- the spam filter's key (client-go's ``SpamKeyFunc``) may keep a budget per reason, and
+  exempt reasons whose every occurrence matters (``spam_key_by_reason``);
+- ``lasting()`` records the Warning of a condition that a controller sees again on each
+  pass when it starts or its gist changes, and then refreshes it (one more ``count``) at
+  most once per ``lasting_refresh`` while it lasts.
+
 Invariants:
 - ``event()`` only builds a core/v1 Event dict and queues it; every API call happens on the
   writer thread. A full queue (1000, as client-go's broadcaster) drops the event with a log.
 - The correlator's caches (LRU, 4096 entries each) are touched only by the writer thread.
 - Correlation runs as client-go's ``EventCorrelate``: aggregate, then observe (count and
   patch), then the spam filter; so a filtered repeat still counts toward the next ``count``.
+- ``_lasting`` (LRU, 4096 entries) maps (involved object, reason, subject) to the gist last
+  recorded and when; it is read and written under ``_lasting_lock`` by the callers'
+  threads. An entry evicted or expired only means the next sighting is recorded again.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +51,8 @@ AGGREGATE_INTERVAL_SECONDS = 600.0
 SPAM_BURST = 25
 SPAM_REFILL_SECONDS = 300.0
 MAX_QUEUED_EVENTS = 1000
+#: How often the Warning of a condition that lasts is recorded again (one more ``count``).
+LASTING_REFRESH_SECONDS = 60.0
 COMBINED_PREFIX = "(combined from similar events): "
 
 
@@ -87,7 +100,12 @@ def _event_key(ev: JSON) -> str:
     )
 
 
-def _spam_key(ev: JSON) -> str:
+#: The key of an event's spam budget; None exempts the event from the spam filter.
+SpamKeyFunc = Callable[[JSON], "str | None"]
+
+
+def spam_key(ev: JSON) -> str:
+    """client-go's ``getSpamKey``: one budget per involved object (and source)."""
     ref = ev.get("involvedObject") or {}
     return "".join(
         [
@@ -100,6 +118,19 @@ def _spam_key(ev: JSON) -> str:
             _text(ref, "apiVersion"),
         ]
     )
+
+
+def spam_key_by_reason(exempt: Collection[str] = ()) -> SpamKeyFunc:
+    """A spam key of one budget per involved object and reason, so that a reason repeated
+    often cannot use up the budget of another; events whose reason is in ``exempt`` are never
+    filtered (occurrences a user must see, each of which a controller records once)."""
+    never = frozenset(exempt)
+
+    def key(ev: JSON) -> str | None:
+        reason = _text(ev, "reason")
+        return None if reason in never else f"{spam_key(ev)}\x00{reason}"
+
+    return key
 
 
 def _aggregate_key(ev: JSON) -> tuple[str, str]:
@@ -184,8 +215,10 @@ class EventCorrelator:
         burst: int = SPAM_BURST,
         refill_seconds: float = SPAM_REFILL_SECONDS,
         max_entries: int = MAX_LRU_CACHE_ENTRIES,
+        spam_key: SpamKeyFunc = spam_key,
     ) -> None:
         self._unique_ns = unique_ns
+        self._spam_key = spam_key
         self._burst = burst
         self._refill_seconds = refill_seconds
         self._aggregates: LRUCache[str, _AggregateRecord] = LRUCache(max_entries)
@@ -270,7 +303,9 @@ class EventCorrelator:
         return event, patch
 
     def _filtered(self, event: JSON, now: datetime) -> bool:
-        key = _spam_key(event)
+        key = self._spam_key(event)
+        if key is None:
+            return False
         bucket = self._spam.get(key)
         if bucket is None:
             bucket = _TokenBucket(tokens=float(self._burst), last=now)
@@ -283,8 +318,9 @@ class EventCorrelator:
 
 
 class EventRecorder:
-    """Records Events about objects. ``event()`` queues; ``start()`` runs the writer thread;
-    ``flush()`` waits for what is queued; ``stop()`` flushes, then ends the thread."""
+    """Records Events about objects. ``event()`` queues; ``lasting()`` queues what a lasting
+    condition has not recorded lately; ``start()`` runs the writer thread; ``flush()`` waits
+    for what is queued; ``stop()`` flushes, then ends the thread."""
 
     def __init__(
         self,
@@ -296,6 +332,8 @@ class EventRecorder:
         refill_seconds: float = SPAM_REFILL_SECONDS,
         *,
         max_queued: int = MAX_QUEUED_EVENTS,
+        spam_key: SpamKeyFunc = spam_key,
+        lasting_refresh: float = LASTING_REFRESH_SECONDS,
     ) -> None:
         self._client = client
         self._source: JSON = {"component": component}
@@ -306,7 +344,14 @@ class EventRecorder:
         self._max_queued = max_queued
         self._name_lock = threading.Lock()
         self._last_ns = 0
-        self._correlator = EventCorrelator(self._unique_ns, burst, refill_seconds)
+        self._correlator = EventCorrelator(
+            self._unique_ns, burst, refill_seconds, spam_key=spam_key
+        )
+        self._lasting_refresh = lasting_refresh
+        self._lasting_lock = threading.Lock()
+        self._lasting: LRUCache[tuple[str, str, str], tuple[str, datetime]] = LRUCache(
+            MAX_LRU_CACHE_ENTRIES
+        )
         self._cond = threading.Condition()
         self._queue: deque[tuple[JSON, datetime]] = deque()
         self._queued = 0  # events accepted into the queue, ever
@@ -323,6 +368,55 @@ class EventRecorder:
             self._event(obj, type, reason, message)
         except Exception:
             log.exception("could not record event %s %s", type, reason)
+
+    def lasting(
+        self,
+        obj: JSON,
+        type: str,
+        reason: str,
+        message: str,
+        *,
+        subject: str = "",
+        gist: str | None = None,
+    ) -> None:
+        """Record the Event of a condition that lasts, which the caller sees (and reports)
+        again on every pass: when it starts, when its ``gist`` (the message unless given: the
+        part whose change is news) changes, and otherwise at most once per
+        ``lasting_refresh`` while it lasts, so that its ``count`` still grows. ``subject``
+        tells apart conditions of one reason about one object (an Instance, a Slice). Never
+        raises, never waits on the API."""
+        try:
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            key = (
+                "/".join(
+                    (
+                        str(obj.get("kind") or ""),
+                        _text(meta, "namespace"),
+                        _text(meta, "name"),
+                        _text(meta, "uid"),
+                    )
+                ),
+                reason,
+                subject,
+            )
+            now, gist = self._now(), message if gist is None else gist
+            with self._lasting_lock:
+                seen = self._lasting.get(key)
+                if (
+                    seen is not None
+                    and seen[0] == gist
+                    and (now - seen[1]).total_seconds() < self._lasting_refresh
+                ):
+                    return
+                self._lasting[key] = (gist, now)
+        except Exception:
+            log.exception("could not record event %s %s", type, reason)
+            return
+        self.event(obj, type, reason, message)
+
+    def _now(self) -> datetime:
+        now = self._clock()
+        return now.replace(tzinfo=UTC) if now.tzinfo is None else now  # naive reads UTC
 
     def _event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
         if type_ not in (NORMAL, WARNING):
@@ -344,9 +438,7 @@ class EventRecorder:
         ):
             if value:
                 ref[key] = value
-        now = self._clock()
-        if now.tzinfo is None:  # a naive clock is taken to read UTC
-            now = now.replace(tzinfo=UTC)
+        now = self._now()
         stamp = _timestamp(now)
         ev: JSON = {
             "apiVersion": "v1",

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from .client import Client, RetryPolicy
 from .controller import Controller
-from .events import EventRecorder
+from .events import EventRecorder, spam_key_by_reason
 from .informer import InformerFactory
 from .leader import LeaderElectionConfig, LeaderElector
 from .rest import Rest
@@ -120,8 +120,15 @@ class Manager:
     def add_controller(self, controller: Controller) -> None:
         self.controllers.append(controller)
 
-    def event_recorder(self, component: str) -> EventRecorder:
-        recorder = EventRecorder(self.client, component, host=host_name())
+    def event_recorder(self, component: str, never_filtered: Collection[str] = ()) -> EventRecorder:
+        """An event recorder with one spam budget per object and reason; the events of the
+        ``never_filtered`` reasons are never dropped by the spam filter."""
+        recorder = EventRecorder(
+            self.client,
+            component,
+            host=host_name(),
+            spam_key=spam_key_by_reason(never_filtered),
+        )
         self._recorders.append(recorder)
         return recorder
 

@@ -26,7 +26,7 @@ from ome.controllers.inferencereplica.instances import Hold
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import Client, api_error, describe_error
-from ome.runtime.events import EventRecorder
+from ome.runtime.events import WARNING, EventRecorder
 from ome.runtime.expectations import Expectations
 from ome.runtime.rest import NODES, PODS, status_of
 from ome.tpuslice.demand import Demand
@@ -41,7 +41,7 @@ from . import messages
 from . import release as releases
 from .demand import Verdict, validate
 from .metrics import SliceMetrics
-from .model import Event, Pod, Replica
+from .model import Event, Pod, Replica, release_deferred, withheld
 from .plan import GateObservation, GatePlan, ReleaseObservation, ReleasePlan
 
 log = logging.getLogger(__name__)
@@ -155,9 +155,20 @@ class SliceActor:
     # -- events --------------------------------------------------------------------------
 
     def record(self, replica: Replica, events: Iterable[Event]) -> None:
+        """Record each Warning on its object; a lasting condition's as ``lasting()`` does."""
         for event in events:
             target = replica.raw if event.on == "replica" else event_target(replica.raw)
-            self.recorder.event(target, "Warning", event.reason, event.message)
+            if event.lasting:
+                self.recorder.lasting(
+                    target,
+                    WARNING,
+                    event.reason,
+                    event.message,
+                    subject=event.lasting,
+                    gist=event.gist or None,
+                )
+            else:
+                self.recorder.event(target, WARNING, event.reason, event.message)
 
     # -- live reads ----------------------------------------------------------------------
 
@@ -332,14 +343,9 @@ class SliceActor:
         if releases.pinned(name, self._replica_pods(reads, replica)):
             return  # a pod of the component still runs on it: never recycled under it
         step = releases.release_or_defer(live, self._host_pods(reads, name), with_version=True)
+        again = verdict.recycle
         self.record(
-            replica,
-            [
-                Event(
-                    recycle.reason,
-                    messages.withheld(replica.component, recycle.index, verdict.recycle.text),
-                )
-            ],
+            replica, [withheld(again.reason, replica, again.index, again.text, gist=again.gist)]
         )
         self._release(replica, step)
 
@@ -351,16 +357,7 @@ class SliceActor:
         found = step.slice
         if isinstance(step, releases.Defer):
             self.metrics.release_deferred.labels(found.slice_type, found.topology).inc()
-            self.record(
-                replica,
-                [
-                    Event(
-                        messages.SLICE_RELEASE_DEFERRED,
-                        messages.release_deferred(found.name, step.holders),
-                        on="replica",
-                    )
-                ],
-            )
+            self.record(replica, [release_deferred(found.name, step.holders)])
             return self.ledger.deferred(found.name)
         if not self.slices.reserve_delete(replica.key, found.name, found.uid):
             return None  # our delete is already on its way

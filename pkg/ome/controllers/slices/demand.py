@@ -17,7 +17,7 @@ from ome.tpuslice.demand import Demand
 from ome.tpuslice.types import Config
 
 from . import messages
-from .model import Event, Replica
+from .model import Event, Replica, withheld
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,5 @@ def withhold(
     events: list[Event] = []
     for index in sorted(indexes):
         holds[index] = Hold(messages.DEMAND_INVALID, verdict.error)
-        events.append(
-            Event(
-                messages.SLICE_DEMAND_INVALID,
-                messages.withheld(replica.component, index, verdict.error),
-            )
-        )
+        events.append(withheld(messages.SLICE_DEMAND_INVALID, replica, index, verdict.error))
     return holds, events

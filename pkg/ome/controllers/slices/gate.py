@@ -24,7 +24,7 @@ from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
 from . import messages
-from .model import Event, Replica
+from .model import Event, Replica, withheld
 
 WaitKind = Literal["conflict", "terminating", "wrong-shape", "not-ready"]
 
@@ -62,12 +62,14 @@ def waited(found: SliceInfo, now: datetime) -> timedelta | None:
 @dataclass(frozen=True)
 class Recycle:
     """A Slice to release and provision again (E5, E6), once no pod holds it: ``reason`` is the
-    event to record (SliceReadyTimeout or SliceHostUnavailable), ``text`` the full reason."""
+    event to record (SliceReadyTimeout or SliceHostUnavailable), ``text`` the full reason, and
+    ``gist`` what of it is news when it changes: the Slice and why, not how long it waited."""
 
     index: int
     slice: SliceInfo
     reason: str
     text: str
+    gist: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,25 +112,27 @@ def judge_slot(
     if why is not None:
         kind, text = why
         if kind == "conflict":
-            event = Event(
-                messages.SLICE_OWNERSHIP_CONFLICT,
-                messages.withheld(replica.component, index, text),
-            )
+            event = withheld(messages.SLICE_OWNERSHIP_CONFLICT, replica, index, text)
             return SlotVerdict(hold(text), event=event)
         if kind != "not-ready" or settings.ready_timeout is None or not found.partitions:
             return SlotVerdict(hold(text))
         wait = waited(found, now)
         if wait is None or wait <= settings.ready_timeout:
             return SlotVerdict(hold(text))
+        gist = f"{found.uid}: {text}"
         text = messages.ready_timeout(text, wait, settings.ready_timeout)
-        return SlotVerdict(hold(text), Recycle(index, found, messages.SLICE_READY_TIMEOUT, text))
+        recycle = Recycle(index, found, messages.SLICE_READY_TIMEOUT, text, gist)
+        return SlotVerdict(hold(text), recycle)
     if not found.partitions:
         return SlotVerdict(hold(messages.waiting_for_partitions(found.name)))
     hosts = list(hosts)
     problems = instance_host_problems(hosts, replica.tolerations)
     if problems:
         text = messages.hosts_unavailable(found.name, found.state, problems)
-        return SlotVerdict(hold(text), Recycle(index, found, messages.SLICE_HOST_UNAVAILABLE, text))
+        recycle = Recycle(
+            index, found, messages.SLICE_HOST_UNAVAILABLE, text, f"{found.uid}: {text}"
+        )
+        return SlotVerdict(hold(text), recycle)
     if len(hosts) < demand.hosts:
         return SlotVerdict(
             hold(messages.hosts_not_visible(found.name, found.state, len(hosts), demand.hosts))

@@ -73,10 +73,15 @@ def no_topology(component: str, topology_label: str) -> str:
     )
 
 
+def instance_key(component: str, index: int) -> str:
+    """I: the key that names an Instance in its events: ``component=<c> instance=<i>``."""
+    return f"component={component} instance={index}"
+
+
 def withheld(component: str, index: int, reason: str) -> str:
     """I: ``OMENative component=<c> instance=<i> withheld: <reason>``, the text of
     SliceDemandInvalid, SliceOwnershipConflict, SliceHostUnavailable and SliceReadyTimeout."""
-    return f"OMENative component={component} instance={index} withheld: {reason}"
+    return f"OMENative {instance_key(component, index)} withheld: {reason}"
 
 
 # -- E3: why a slot waits for its Slice ---------------------------------------------------------

@@ -22,6 +22,8 @@ from ome.tpuslice import naming
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.shape import ShapeError
 
+from . import messages
+
 
 def _map(value: object) -> JSON:
     return value if isinstance(value, dict) else {}
@@ -171,11 +173,42 @@ class Pod:
 @dataclass(frozen=True)
 class Event:
     """A Warning to record (I): on the InferenceService (the replica when it has none), or on
-    the replica itself (G2, G5)."""
+    the replica itself (G2, G5).
+
+    ``lasting`` names the condition that a hold or a deferral reports on every pass while it
+    lasts (``component=<c> instance=<i>``, or the Slice's name): its Warning is recorded when
+    the condition starts or its ``gist`` (the message, unless given) changes, and then
+    refreshed about once a minute, so that it neither floods the object's events nor uses up
+    the budget of the Warnings that follow. Empty for an occurrence, recorded each time
+    (SliceLost)."""
 
     reason: str
     message: str
     on: Literal["service", "replica"] = "service"
+    lasting: str = ""
+    gist: str = ""
+
+
+def withheld(reason: str, replica: Replica, index: int, text: str, gist: str = "") -> Event:
+    """I: the Warning of Instance ``index`` withheld for ``text``, on the InferenceService: a
+    condition that lasts as long as the hold (``gist``: what of ``text`` is news if it
+    changes; all of it unless given)."""
+    return Event(
+        reason,
+        messages.withheld(replica.component, index, text),
+        lasting=messages.instance_key(replica.component, index),
+        gist=gist,
+    )
+
+
+def release_deferred(name: str, holders: Iterable[str]) -> Event:
+    """G2: the SliceReleaseDeferred Warning on the replica, lasting while the Slice is kept."""
+    return Event(
+        messages.SLICE_RELEASE_DEFERRED,
+        messages.release_deferred(name, holders),
+        on="replica",
+        lasting=name,
+    )
 
 
 def wanted_slots(replica: Replica) -> frozenset[Slot]:
