@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.controllers.setup import setup
@@ -508,6 +508,119 @@ def test_teardown_waits_on_the_informer_while_its_slice_goes(env: Env) -> None:
     eventually(
         lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)), timeout=30
     )
+
+
+KEEP = "test.ome.io/keep"
+
+
+def reconciles(controller: str) -> float:
+    """How many passes ``controller`` has finished in this process (controller-runtime's
+    ``controller_runtime_reconcile_total``, every result)."""
+    return sum(
+        REGISTRY.get_sample_value(
+            "controller_runtime_reconcile_total", {"controller": controller, "result": r}
+        )
+        or 0.0
+        for r in ("success", "error", "requeue", "requeue_after")
+    )
+
+
+def record_goings(env: Env) -> list[tuple[str, str]]:
+    """The server's record, in commit order, of each pod deleted and each Slice marked for
+    deletion (or deleted): ("pod", name) and ("slice", name)."""
+    seen: list[tuple[str, str]] = []
+    marked: set[str] = set()
+
+    def listen(change: Any) -> None:
+        name = change.obj["metadata"]["name"]
+        if change.tkey == ("", "pods") and change.type == "DELETED":
+            seen.append(("pod", name))
+        elif (
+            change.tkey == ("accelerator.gke.io", "slices")
+            and name not in marked
+            and (change.type == "DELETED" or change.obj["metadata"].get("deletionTimestamp"))
+        ):
+            marked.add(name)
+            seen.append(("slice", name))
+
+    env.cluster.thread.call(lambda: env.cluster.server.store.listeners.append(listen))
+    return seen
+
+
+def keep_terminating(env: Env, pod: str) -> None:
+    """Hold ``pod`` with a finalizer of the test's: deleted, it stays, terminating, until
+    ``let_go``, as an engine in a long termination grace period does."""
+    env.rest.patch(PODS, pod, {"metadata": {"finalizers": [KEEP]}}, NS)
+
+
+def after_a_pass(env: Env, controller: str) -> None:
+    """Return once ``controller`` has finished a pass over the replica that began after this
+    call: the replica is nudged (an annotation), which queues it, and the pass counted."""
+    passes = reconciles(controller)
+    env.rest.patch(
+        INFERENCE_REPLICAS,
+        "qwen3-tpu-engine",
+        {"metadata": {"annotations": {"test.ome.io/nudge": str(passes)}}},
+        NS,
+    )
+    eventually(lambda: reconciles(controller) > passes, timeout=30)
+
+
+def let_go(env: Env, pod: str) -> None:
+    env.rest.patch(PODS, pod, {"metadata": {"finalizers": None}}, NS)
+
+
+def test_a_deleted_services_slice_outlives_its_own_terminating_pod(env: Env) -> None:
+    """The guide: OME releases a Slice only once no pod holds it, the service's own pods
+    included: deleting the InferenceService deletes its pod, and its Slice goes only once
+    the pod is gone (its engine may serve in-flight requests through its grace period); then
+    within seconds, and the deletion finishes."""
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    name = the_slice(env)["metadata"]["name"]
+    pod = "qwen3-tpu-engine-0-default-0"
+    keep_terminating(env, pod)
+    goings = record_goings(env)
+    env.kubectl("delete", "inferenceservice", "qwen3-tpu", "-n", NS, "--wait=false")
+    eventually(lambda: env.rest.get(PODS, pod, NS)["metadata"].get("deletionTimestamp"))
+    # The teardown has run since the pod was seen terminating, and left the Slice alone.
+    after_a_pass(env, "inferencereplica")
+    assert not env.rest.get(gke.SLICES, name)["metadata"].get("deletionTimestamp")
+    let_go(env, pod)
+    eventually(lambda: gone(lambda: env.rest.get(gke.SLICES, name)), timeout=10)
+    eventually(
+        lambda: gone(lambda: env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)), timeout=30
+    )
+    assert goings[:2] == [("pod", pod), ("slice", name)], "the pod went first"
+
+
+def test_a_scale_down_releases_the_slice_only_once_its_terminating_pod_is_gone(env: Env) -> None:
+    """G4 with the same care: scaling from 2 to 1 deletes Instance 1's pod, and its Slice
+    goes once the pod is gone, within seconds, not while the pod terminates."""
+    svc = opted()
+    svc["spec"]["engine"].update(minReplicas=2, maxReplicas=2)
+    env.apply(svc)
+    eventually(
+        lambda: len(env.rows()) == 2 and all(r["phase"] == "Ready" for r in env.rows()), timeout=60
+    )
+    (second,) = [
+        s["metadata"]["name"]
+        for s in env.slices()
+        if s["metadata"]["labels"]["ome.io/instance-index"] == "1"
+    ]
+    pod = "qwen3-tpu-engine-1-default-0"
+    keep_terminating(env, pod)
+    goings = record_goings(env)
+    env.apply(opted())
+    eventually(lambda: env.rest.get(PODS, pod, NS)["metadata"].get("deletionTimestamp"))
+    after_a_pass(env, "tpuslice")
+    assert not env.rest.get(gke.SLICES, second)["metadata"].get("deletionTimestamp")
+    let_go(env, pod)
+    eventually(lambda: gone(lambda: env.rest.get(gke.SLICES, second)), timeout=10)
+    assert goings[:2] == [("pod", pod), ("slice", second)], "the pod went first"
+    assert [s["metadata"]["labels"]["ome.io/instance-index"] for s in env.slices()] == ["0"]
 
 
 def hold_chips_on(env: Env, node: str) -> None:

@@ -261,12 +261,12 @@ def test_concurrent_passes_with_a_lagging_cache_create_each_slice_exactly_once()
         assert act.slices.pending(replica.key) == (frozenset(), frozenset())
 
 
-def test_the_ledger_backs_off_a_deferred_release_and_forgets_it_once_released() -> None:
+def test_the_ledger_backs_off_a_release_that_did_not_go_and_forgets_it_once_released() -> None:
     act = actor(FakeAPI(), Recorder(), CollectorRegistry())
-    waits = [act.ledger.deferred("s") for _ in range(9)]
+    waits = [act.ledger.retry("s") for _ in range(9)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
     act.ledger.released("s")
-    assert act.ledger.deferred("s") == 1.0
+    assert act.ledger.retry("s") == 1.0
 
 
 def test_a_slice_we_created_is_timed_from_its_create_to_its_first_ready_state_once() -> None:

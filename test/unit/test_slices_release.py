@@ -18,6 +18,7 @@ from ome.controllers.slices.model import Pod, Replica
 from ome.controllers.slices.release import (
     Defer,
     Delete,
+    InUse,
     Releasing,
     confirm_sweep,
     holders,
@@ -386,6 +387,32 @@ def test_teardown_releases_every_slice_of_ours_without_a_resource_version() -> N
 def test_teardown_of_a_replica_without_slices_does_nothing() -> None:
     assert teardown([], UID, {}) == []
     assert teardown([sl(owner="someone-else")], UID, {}) == []
+
+
+def test_teardown_keeps_a_slice_its_own_pods_still_run_on_until_the_deadline() -> None:
+    """G4, G5: a pod of the replica itself on a Slice, terminating or not, keeps it (the
+    engine may be serving through its grace period), before holders are even asked; a
+    finished pod keeps nothing; past the deadline the Slice goes anyway (still deferred
+    while other workloads hold chips)."""
+    used = sl(slot=Slot(0, 0))
+    held = sl(slot=Slot(1, 0))
+    free = sl(slot=Slot(2, 0))
+    own = [
+        pod(f"{NAME}-0-default-0", slice_name=used.name, terminating=True),
+        pod(f"{NAME}-1-default-0", slice_name=held.name),
+        pod(f"{NAME}-2-default-0", slice_name=free.name, terminal=True),
+    ]
+    hosts = {held.name: [pod("indexer-0", namespace="tpu-batch")]}
+    assert teardown([used, held, free], UID, hosts, own) == [
+        InUse(used, (f"{NAME}-0-default-0",)),
+        InUse(held, (f"{NAME}-1-default-0",)),
+        Delete(free, ""),
+    ]
+    assert teardown([used, held, free], UID, hosts, own, past_deadline=True) == [
+        Delete(used, ""),
+        Defer(held, ("tpu-batch/indexer-0",)),
+        Delete(free, ""),
+    ]
 
 
 # -- properties --------------------------------------------------------------------------------

@@ -149,7 +149,12 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
         # The gate reads Slices and their hosts: a Slice routes to its owner (by the
         # ome.io/slice-owner annotation, and by its name), a node to the Slice's owner.
         replica_controller.watch(slices.slices, keys=slices.slice_owner_keys)
-        replica_controller.watch(slices.nodes, keys=slices.node_owner_keys)
+        replica_controller.watch(
+            slices.nodes, keys=slices.node_owner_keys, changed=slices.host_changed
+        )
+        # A deleting replica's teardown waits on what the slice controller watches (the
+        # holders of its Slices' hosts going): that controller wakes it.
+        slices.on_teardown(replica_controller.enqueue)
         manager.add_controller(slices.controller())
     manager.add_controller(replica_controller)
     service_reconciler = InferenceServiceReconciler(

@@ -42,6 +42,8 @@ RESULTS = ("success", "error", "requeue", "requeue_after")
 
 Reconcile = Callable[[str], Result | None]
 KeysOf = Callable[[JSON], Iterable[str]]
+#: Whether an update (old, new) is news to a watch.
+Changed = Callable[[JSON, JSON], bool]
 
 
 class ControllerMetrics:
@@ -151,9 +153,13 @@ class Controller:
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
 
-    def watch(self, informer: Informer, keys: KeysOf | None = None) -> None:
+    def watch(
+        self, informer: Informer, keys: KeysOf | None = None, changed: Changed | None = None
+    ) -> None:
         """Queue the keys ``keys`` maps each changed object to (its own key by default);
-        an update queues both the old and the new object's keys."""
+        an update queues both the old and the new object's keys, and only when ``changed``
+        (old, new) says it matters, when given (controller-runtime's update predicate: a
+        node's heartbeat is no news to a controller that reads its labels)."""
         mapper: KeysOf = keys or (lambda obj: [object_key(obj)])
 
         def add(obj: JSON) -> None:
@@ -161,6 +167,8 @@ class Controller:
                 self.queue.add(key)
 
         def update(old: JSON, new: JSON) -> None:
+            if changed is not None and not changed(old, new):
+                return
             for key in {*mapper(old), *mapper(new)}:
                 self.queue.add(key)
 

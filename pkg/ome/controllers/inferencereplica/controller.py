@@ -63,10 +63,28 @@ class Gated:
 #: (replica, {instance index: the pods it is about to get}) -> what may go ahead, and how.
 GateFunc = Callable[[JSON, Mapping[int, list[JSON]]], Gated]
 
-#: Teardown steps other features add (e.g. releasing TPU slices): (replica) -> None when
-#: done, or a message saying what is still in the way. An API error it raises is what is in
-#: the way.
-TeardownHook = Callable[[JSON], str | None]
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a teardown step says is still in the way: ``text``, which the
+    TeardownDeadlineExceeded Warning carries if it is still so at the deadline, and when to
+    look again (``retry_after`` seconds) if nothing wakes the replica first; None when a
+    change the replica's watches see ends the wait (a pod or a Slice going)."""
+
+    text: str
+    retry_after: float | None = None
+
+
+#: Teardown steps other features add (e.g. releasing TPU slices): (replica, past its
+#: teardown deadline) -> None when done, or what is still in the way. Past the deadline a
+#: step lets go of whatever it can; an API error it raises is what is in the way.
+TeardownHook = Callable[[JSON, bool], Waiting | None]
+
+#: The longest a teardown waits between two looks when every wait ends with a change its
+#: watches see: a safety net, not the pace.
+MAX_TEARDOWN_WAIT = 60.0
+#: When to look again after an API error in a teardown step (its client has retried first).
+FAILED_TEARDOWN_RETRY = 5.0
 
 
 def now_utc() -> datetime:
@@ -427,7 +445,9 @@ class InferenceReplicaReconciler:
 
     # -- teardown ------------------------------------------------------------------------
 
-    def _delete_live(self, key: str, namespace: str, label: str, blocked: list[str]) -> list[JSON]:
+    def _delete_live(
+        self, key: str, namespace: str, label: str, blocked: list[Waiting]
+    ) -> list[JSON]:
         """The replica's pods, read live, each not going already deleted under its UID; an
         API error is added to ``blocked`` (and the cache's view is all there is)."""
         try:
@@ -440,15 +460,19 @@ class InferenceReplicaReconciler:
         except Exception as e:
             if not api_error(e):
                 raise
-            blocked.append(f"deleting pods failed: {describe_error(e)}")
+            blocked.append(
+                Waiting(f"deleting pods failed: {describe_error(e)}", FAILED_TEARDOWN_RETRY)
+            )
             return self.pods.by_index("replica", key)
         return pods
 
     def _teardown(self, replica: JSON) -> Result | None:
         """Delete the pods and run the teardown hooks until nothing is in the way, or until
-        the teardown deadline: then the deletion finishes anyway, with a Warning that says
-        what was still in the way (G5). An API error in any step is what is in the way; it
-        never keeps the finalizer past the deadline."""
+        the teardown deadline: then the hooks let go of what they can, and the deletion
+        finishes anyway, with a Warning that says what was still in the way (G5). An API
+        error in any step is what is in the way; it never keeps the finalizer past the
+        deadline. Between passes it waits on its watches (its pods and Slices going) and on
+        the hooks' own backoff, not on a fixed poll."""
         meta = replica["metadata"]
         if TEARDOWN_FINALIZER not in (meta.get("finalizers") or []):
             return None
@@ -460,7 +484,9 @@ class InferenceReplicaReconciler:
         except ValueError:
             timeout = DEFAULT_TEARDOWN
         started = parse_time(meta["deletionTimestamp"]) or self.clock()
-        blocked: list[str] = []
+        deadline = started + timeout
+        past_deadline = self.clock() >= deadline
+        blocked: list[Waiting] = []
         label = f"{LABEL_INFERENCE_REPLICA}={meta['name']}"
         # The pods as the cache shows them while they go, each one's going waking the
         # replica: the pass waits on the informer, and reads live only to delete what the
@@ -471,26 +497,26 @@ class InferenceReplicaReconciler:
             pods = self._delete_live(key, ns, label, blocked)
         for hook in self.hooks.teardown:
             try:
-                waiting = hook(replica)
+                waiting = hook(replica, past_deadline)
             except Exception as e:
                 if not api_error(e):
                     raise
-                waiting = describe_error(e)
-            if waiting:
+                waiting = Waiting(describe_error(e), FAILED_TEARDOWN_RETRY)
+            if waiting is not None:
                 blocked.append(waiting)
-        past_deadline = self.clock() >= started + timeout
         if not pods and not blocked and not past_deadline:
             # None cached and nothing else in the way: confirm, live.
             pods = self._delete_live(key, ns, label, blocked)
         if (pods or blocked) and not past_deadline:
-            left = (started + timeout - self.clock()).total_seconds()
-            return Result(requeue_after=max(1.0, min(5.0, left)))
+            hints = [w.retry_after for w in blocked if w.retry_after is not None]
+            wait = min(MAX_TEARDOWN_WAIT, *hints, (deadline - self.clock()).total_seconds())
+            return Result(requeue_after=max(1.0, wait))
         if blocked:
             self.recorder.event(
                 replica,
                 "Warning",
                 TEARDOWN_DEADLINE_EXCEEDED,
-                f"teardown deadline exceeded; {'; '.join(blocked)}",
+                f"teardown deadline exceeded; {'; '.join(w.text for w in blocked)}",
             )
         finalizers = [f for f in meta.get("finalizers") or [] if f != TEARDOWN_FINALIZER]
         try:

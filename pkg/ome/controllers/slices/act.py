@@ -22,6 +22,8 @@ from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS, LABEL_INFERENCE_REPLICA
+from ome.controllers.inferencereplica.controller import FAILED_TEARDOWN_RETRY as FAILED_RETRY
+from ome.controllers.inferencereplica.controller import Waiting
 from ome.controllers.inferencereplica.instances import Hold
 from ome.kube import JSON
 from ome.provider import gke
@@ -46,26 +48,27 @@ from .plan import GateObservation, GatePlan, ReleaseObservation, ReleasePlan
 
 log = logging.getLogger(__name__)
 
-#: The longest wait between two tries of a deferred release when no pod event wakes it.
-MAX_DEFER_WAIT = 60.0
+#: The longest wait between two tries of a release that did not go (deferred, or refused by
+#: the API) when no event wakes its replica first.
+MAX_RETRY_WAIT = 60.0
 
 
 class Ledger:
     """What the act layer remembers between passes, shared by the workers of both
     controllers: when each Slice we created was created (for the create-to-first-ready
-    histogram, observed once), and how often each Slice's release was deferred in a row (for
+    histogram, observed once), and how often in a row each Slice's release did not go (for
     the retry backoff).
 
     Invariants, under ``_lock``: ``_born[name]`` exists from our create until the Slice is
-    first seen ready (or a day passes); ``_deferred[name]`` counts consecutive deferrals and
-    is dropped once the Slice is deleted; ``_noticed`` holds the (replica, reason,
-    generation) notices already given.
+    first seen ready (or a day passes); ``_retries[name]`` counts the consecutive releases of
+    it that were deferred or refused, and is dropped once it is deleted (or a day passes);
+    ``_noticed`` holds the (replica, reason, generation) notices already given.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._born: TTLCache[str, datetime] = TTLCache(maxsize=100_000, ttl=86_400)
-        self._deferred: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=3_600)
+        self._retries: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=86_400)
         self._noticed: TTLCache[tuple[str, str, int], bool] = TTLCache(maxsize=100_000, ttl=86_400)
 
     def born(self, name: str, at: datetime) -> None:
@@ -77,16 +80,17 @@ class Ledger:
         with self._lock:
             return self._born.pop(name, None)
 
-    def deferred(self, name: str) -> float:
-        """Count a deferral of ``name``; the wait before the next try: 1, 2, 4 ... 60 s."""
+    def retry(self, name: str) -> float:
+        """Count a release of ``name`` that did not go (deferred, or refused by the API); the
+        wait before the next try: 1, 2, 4 ... 60 s."""
         with self._lock:
-            count = self._deferred.get(name, 0) + 1
-            self._deferred[name] = count
-        return min(MAX_DEFER_WAIT, 2.0 ** (count - 1))
+            count = self._retries.get(name, 0) + 1
+            self._retries[name] = count
+        return min(MAX_RETRY_WAIT, 2.0 ** (count - 1))
 
     def released(self, name: str) -> None:
         with self._lock:
-            self._deferred.pop(name, None)
+            self._retries.pop(name, None)
 
     def first_notice(self, key: str, reason: str, generation: int) -> bool:
         """True the first time ``reason`` is noticed for this generation of replica ``key``."""
@@ -358,7 +362,7 @@ class SliceActor:
         if isinstance(step, releases.Defer):
             self.metrics.release_deferred.labels(found.slice_type, found.topology).inc()
             self.record(replica, [release_deferred(found.name, step.holders)])
-            return self.ledger.deferred(found.name)
+            return self.ledger.retry(found.name)
         if not self.slices.reserve_delete(replica.key, found.name, found.uid):
             return None  # our delete is already on its way
         try:
@@ -474,12 +478,16 @@ class SliceActor:
 
     # -- teardown ------------------------------------------------------------------------
 
-    def teardown(self, replica: Replica) -> str | None:
+    def teardown(self, replica: Replica, past_deadline: bool) -> Waiting | None:
         """G4, G5: release every Slice of a deleted replica, from live reads; None once a read
-        finds none, else what is still in the way (the holders, the API error, or a delete
-        GKE has not finished), as the TeardownDeadlineExceeded text."""
+        finds none, else what is still in the way (the replica's own pods still on a Slice,
+        the holders, the API error, or a delete GKE has not finished), as the
+        TeardownDeadlineExceeded text, and when to try again: the release's backoff after a
+        deferral or a failure, else None (the pods' or the Slice's going wakes the replica).
+        Past the deadline the replica's own pods no longer keep a Slice."""
         reads = _Reads()
         errors: list[str] = []
+        retry: float | None = None
         try:
             owned = [
                 gke.parse(s)
@@ -490,19 +498,29 @@ class SliceActor:
         except Exception as e:
             if not api_error(e):
                 raise
-            return messages.teardown_failed(
-                [f"listing TPU slices failed: {describe_error(e)}"], replica.uid
-            )
+            text = f"listing TPU slices failed: {describe_error(e)}"
+            return Waiting(messages.teardown_failed([text], replica.uid), FAILED_RETRY)
+        try:
+            own = [] if past_deadline or not owned else self._replica_pods(reads, replica)
+        except Exception as e:
+            if not api_error(e):
+                raise
+            text = f"listing the pods of {replica.key} failed: {describe_error(e)}"
+            return Waiting(messages.teardown_failed([text], replica.uid), FAILED_RETRY)
         for s in owned:
             if not s.owned_by(replica.uid):
                 continue
+            wait: float | None = None
             try:
                 host_pods = {} if s.terminating else {s.name: self._host_pods(reads, s.name)}
-                (step,) = releases.teardown([s], replica.uid, host_pods)
+                (step,) = releases.teardown([s], replica.uid, host_pods, own, past_deadline)
                 if isinstance(step, releases.Releasing):
                     errors.append(messages.still_releasing(s.name))
                     continue
-                self._release(replica, step)
+                if isinstance(step, releases.InUse):
+                    errors.append(messages.still_in_use(s.name, step.pods))
+                    continue
+                wait = self._release(replica, step)
                 if isinstance(step, releases.Defer):
                     errors.append(messages.still_held(s.name, step.holders))
                 else:
@@ -511,7 +529,12 @@ class SliceActor:
                 if not api_error(e):
                     raise
                 errors.append(messages.release_failed(s.name, describe_error(e)))
-        return messages.teardown_failed(errors, replica.uid) if errors else None
+                wait = self.ledger.retry(s.name)
+            if wait is not None:
+                retry = wait if retry is None else min(retry, wait)
+        if not errors:
+            return None
+        return Waiting(messages.teardown_failed(errors, replica.uid), retry)
 
 
 def attempt(what: str, step: Callable[[], object]) -> bool:

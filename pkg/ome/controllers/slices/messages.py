@@ -169,6 +169,12 @@ def still_held(name: str, holders: Iterable[str]) -> str:
     )
 
 
+def still_in_use(name: str, pods: Iterable[str]) -> str:
+    """What a teardown waits for before the deadline: the replica's own pods still on the
+    Slice (in their grace period); past the deadline the Slice goes anyway."""
+    return f"TPU slice {name} is still used by pods {', '.join(pods)}"
+
+
 def still_releasing(name: str) -> str:
     """G5's ``<err>`` for a Slice whose delete was accepted but that is not gone yet (GKE
     holds it behind its finalizer while it releases the partition)."""

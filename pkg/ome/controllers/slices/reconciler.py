@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
-from ome.controllers.inferencereplica.controller import Gated, replica_key_of_pod
+from ome.controllers.inferencereplica.controller import Gated, Waiting, replica_key_of_pod
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import Client
@@ -124,6 +124,7 @@ class SliceReconcilers:
         self.slices, self.nodes, self.pods = slices, nodes, pods
         self.holders, self.replicas = holders, replicas
         self.clock = clock
+        self._wake_teardown: Callable[[str], None] | None = None
         #: our Slice creates and deletes the cache does not show yet, per replica key
         self.expectations = Expectations()
         self.actor = SliceActor(
@@ -160,6 +161,12 @@ class SliceReconcilers:
             if obj is not None:
                 found[name] = gke.parse(obj)
         return found
+
+    def _pods_of(self, replica: Replica) -> tuple[Pod, ...]:
+        return tuple(
+            Pod.from_json(p, self.config.slice_label, self.config.chip_resource)
+            for p in self.pods.by_index(BY_REPLICA, replica.key)
+        )
 
     def _hosts(self, name: str) -> tuple[Host, ...]:
         return tuple(
@@ -203,12 +210,11 @@ class SliceReconcilers:
             return None
         replica = Replica.from_json(raw)
         if replica.deleting:
-            return None  # teardown's
+            if self._wake_teardown is not None:
+                self._wake_teardown(key)  # teardown's, which waits on what woke us
+            return None
         owned = self._owned(replica)
-        pods = tuple(
-            Pod.from_json(p, self.config.slice_label, self.config.chip_resource)
-            for p in self.pods.by_index(BY_REPLICA, key)
-        )
+        pods = self._pods_of(replica)
         named = self._at({p.slice_name for p in pods if p.slice_name})
         nodes: dict[str, Host | None] = {}
         for node in {p.node for p in pods if p.node}:
@@ -232,32 +238,56 @@ class SliceReconcilers:
             return Result(requeue_after=outcome.retry_after)
         return None
 
-    def teardown(self, raw: JSON) -> str | None:
+    def teardown(self, raw: JSON, past_deadline: bool) -> Waiting | None:
         """G4, G5 for a deleting replica. While the cache shows each of its Slices going (its
-        delete accepted, GKE releasing it behind its finalizer), the pass waits on the
-        informer, whose event of the Slice's going wakes the replica, instead of reading
-        every Slice live on each pass; otherwise (none cached, or one to delete) it acts on
-        live reads, and is done only when one finds none."""
+        delete accepted, GKE releasing it behind its finalizer), or still run on by the
+        replica's own pods (before the deadline), the pass waits on the informers, whose
+        events of the Slice's or the pods' going wake the replica, instead of reading live
+        on each pass; otherwise (none cached, or one to delete) it acts on live reads, and is
+        done only when one finds none."""
         replica = Replica.from_json(raw)
         cached = self._owned(replica)
         _, releasing = self._expected(replica, cached)
-        if cached and all(s.terminating or s.name in releasing for s in cached.values()):
-            return messages.teardown_failed(
-                [messages.still_releasing(name) for name in sorted(cached)], replica.uid
-            )
-        waiting = self.actor.teardown(replica)
+        own = [] if past_deadline else self._pods_of(replica)
+        waits: list[str] = []
+        for name, s in sorted(cached.items()):
+            users = sorted({p.name for p in own if p.slice_name == name and not p.terminal})
+            if s.terminating or name in releasing:
+                waits.append(messages.still_releasing(name))
+            elif users:
+                waits.append(messages.still_in_use(name, users))
+            else:
+                break  # one to release: read live
+        else:
+            if cached:
+                return Waiting(messages.teardown_failed(waits, replica.uid))
+        waiting = self.actor.teardown(replica, past_deadline)
         if waiting is None:
             self.expectations.forget(replica.key)
         return waiting
+
+    def on_teardown(self, wake: Callable[[str], None]) -> None:
+        """``wake(key)`` is called when a change this controller watches (a holder or a
+        node of a Slice, the Slice itself) concerns a replica being deleted: its teardown
+        runs elsewhere (the InferenceReplica controller) and waits on such changes."""
+        self._wake_teardown = wake
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("tpuslice", self.reconcile, workers=workers)
         c.watch(self.replicas)
         c.watch(self.pods, keys=replica_key_of_pod)
         c.watch(self.slices, keys=self.slice_owner_keys)
-        c.watch(self.nodes, keys=self.node_owner_keys)
-        c.watch(self.holders, keys=self.holder_owner_keys)
+        c.watch(self.nodes, keys=self.node_owner_keys, changed=self.host_changed)
+        c.watch(self.holders, keys=self.holder_owner_keys, changed=holder_changed)
         return c
+
+    def host_changed(self, old: JSON, new: JSON) -> bool:
+        """Whether a node's update is news to the slice reconcilers: its labels (the slice
+        label, the pool's), or what makes it usable (F: cordoned, taints, Ready), not a
+        heartbeat."""
+        return _labels(old) != _labels(new) or Host.from_node(
+            old, self.config.slice_label
+        ) != Host.from_node(new, self.config.slice_label)
 
     # -- routing events to replica keys ---------------------------------------------------
 
@@ -290,6 +320,21 @@ class SliceReconcilers:
             pass  # unreadable chips count as holding
         host = self.nodes.get(node)
         return self.node_owner_keys(host) if host is not None else []
+
+
+def _labels(obj: JSON) -> JSON:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def holder_changed(old: JSON, new: JSON) -> bool:
+    """Whether a pod's update, as ``holder_view`` keeps it, is news to G2: anything but its
+    resourceVersion (a status change the view does not keep)."""
+
+    def view(pod: JSON) -> JSON:
+        meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k != "resourceVersion"}
+        return {**pod, "metadata": meta}
+
+    return view(old) != view(new)
 
 
 def owners_by_name(slice_obj: JSON, replicas: Iterable[JSON]) -> list[str]:

@@ -4,8 +4,9 @@ workloads hold chips on a Slice's hosts, and teardown when the replica is delete
 
 Owns which of our Slices go, and the confirmation of each on live values before its delete.
 It must never touch a Slice without our owner UID, release one that a pod of the component
-still names, or delete one while another workload's pod holds chips on its hosts; and it
-never does I/O: the act layer reads live, then asks ``confirm`` again with what it read.
+still runs on (its terminating pods included, until a teardown's deadline), or delete one
+while another workload's pod holds chips on its hosts; and it never does I/O: the act layer
+reads live, then asks the same functions again with what it read.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def keep(
 
 def pinned(name: str, pods: Iterable[Pod]) -> bool:
     """G3: a pod of the component that has not finished still names the Slice in its node
-    selector (a deleting pod still runs there)."""
+    selector (a deleting pod still runs there, in its grace period)."""
     return any(p.slice_name == name and not p.terminal for p in pods)
 
 
@@ -124,17 +125,38 @@ def confirm_sweep(
     return release_or_defer(live, host_pods, with_version=True)
 
 
+@dataclass(frozen=True)
+class InUse:
+    """Keep ``slice`` for now: the replica's own ``pods`` still run on it (terminating ones
+    included, in their grace period); their going wakes the replica."""
+
+    slice: SliceInfo
+    pods: tuple[str, ...]
+
+
 def teardown(
-    owned: Iterable[SliceInfo], replica_uid: str, host_pods: dict[str, list[Pod]]
-) -> list[Delete | Defer | Releasing]:
-    """G4, G5: every Slice of a deleted replica goes, from live values; a terminating one is
-    on its way. No resourceVersion: everything goes, whatever its state."""
-    steps: list[Delete | Defer | Releasing] = []
+    owned: Iterable[SliceInfo],
+    replica_uid: str,
+    host_pods: dict[str, list[Pod]],
+    own_pods: Iterable[Pod] = (),
+    past_deadline: bool = False,
+) -> list[Delete | Defer | Releasing | InUse]:
+    """G4, G5: every Slice of a deleted replica goes, from live values, in order: a
+    terminating one is on its way; one that a pod of the replica itself still runs on
+    (``own_pods``, its terminating pods included) waits for it, so that the partition is not
+    taken from an engine in its grace period, until the teardown deadline, past which every
+    Slice goes; one on whose hosts other workloads hold chips is deferred (G2). No
+    resourceVersion: everything goes, whatever its state."""
+    own = list(own_pods)
+    steps: list[Delete | Defer | Releasing | InUse] = []
     for s in sorted(owned, key=lambda s: s.name):
         if not s.owned_by(replica_uid):
             continue
+        users = sorted({p.name for p in own if p.slice_name == s.name and not p.terminal})
         if s.terminating:
             steps.append(Releasing(s))
+        elif users and not past_deadline:
+            steps.append(InUse(s, tuple(users)))
         else:
             steps.append(release_or_defer(s, host_pods.get(s.name, []), with_version=False))
     return steps
