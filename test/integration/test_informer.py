@@ -131,6 +131,49 @@ def test_a_410_relists_and_reports_what_vanished_meanwhile(
     assert cluster.server.accounting.total("list", "configmaps") == lists + 1
 
 
+def test_watches_that_keep_answering_410_back_off_before_each_relist(
+    informer: tuple[Informer, Recorder],
+    rest: Rest,
+    cluster: Cluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every watch answers 410 (an ERROR event) for three seconds: each re-list waits for the
+    backoff (0.05 s doubling to 0.2 s here), so the informer lists a few times a second, not
+    hundreds, and logs no warning (an expired watch is routine). A change made meanwhile
+    reaches the cache through a re-list."""
+    _, rec = informer
+    acc = cluster.server.accounting
+    lists = acc.total("list", "configmaps")
+    caplog.set_level("INFO", logger="ome.runtime.informer")
+    cluster.server.faults.add(Fault(verb="watch", resource="configmaps", code=410, times=None))
+    cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
+    rest.create(CONFIGMAPS, configmap("meanwhile"), "default")
+    eventually(lambda: ("add", "meanwhile") in rec.seen(), timeout=5)
+    time.sleep(3)  # the scenario is three seconds of 410s
+    cluster.server.faults.clear()
+    sent = acc.total("list", "configmaps") - lists
+    assert 3 <= sent <= 25, f"{sent} lists in three seconds"
+    assert [r for r in caplog.records if r.levelname != "DEBUG"] == []
+
+
+def test_a_watch_that_keeps_failing_relists_so_the_cache_stays_fresh(
+    informer: tuple[Informer, Recorder], rest: Rest, cluster: Cluster
+) -> None:
+    """Every watch is dropped (no answer) while lists still work: from the second failure in
+    a row, each retry re-lists, so a change made during the outage reaches the cache within
+    the backoff's cap plus a list."""
+    _, rec = informer
+    cluster.server.faults.add(Fault(verb="watch", resource="configmaps", drop=True, times=None))
+    cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
+    try:
+        for name in ("first", "second"):
+            rest.create(CONFIGMAPS, configmap(name), "default")
+            eventually(lambda: ("add", name) in rec.seen(), timeout=5)  # noqa: B023
+    finally:
+        cluster.server.faults.clear()
+    assert cluster.server.accounting.total("watch", "configmaps") >= 3
+
+
 def test_list_errors_back_off_and_then_sync(rest: Rest, cluster: Cluster) -> None:
     cluster.server.faults.add(Fault(verb="list", resource="configmaps", code=500, times=3))
     inf = Informer(rest, CONFIGMAPS, namespace="default", backoff=Backoff(initial=0.2, cap=1.0))
@@ -163,7 +206,9 @@ def test_backoff_grows_to_its_cap_and_resets_after_a_healthy_stretch() -> None:
         delays.append(b.next())
         now[0] += 1
     bases = [1, 2, 4, 8, 8, 8]
-    assert all(base <= d <= 2 * base for d, base in zip(delays, bases, strict=True))
+    # Jittered up to +100%, but never past the cap: a wait is never longer than 8 s.
+    assert all(base <= d <= min(2 * base, 8) for d, base in zip(delays, bases, strict=True))
+    assert delays[3:] == [8.0, 8.0, 8.0]
     now[0] += 120
     assert 1.0 <= b.next() <= 2.0
 

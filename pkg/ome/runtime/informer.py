@@ -6,6 +6,18 @@ pydantic models (which reject objects missing model-required fields), sets no re
 (a dead connection hangs it), has no backoff and cannot be stopped until an event arrives.
 It knows nothing of TPUs.
 
+Its reflector behaves as client-go's, so that a failing server costs it little and its cache
+never goes stale for long:
+- every failed list-and-watch cycle backs off (0.8 s doubling to 15 s, jittered), whatever
+  the error and however it arrives: an error answer, a dropped connection, an ERROR event,
+  or a watch that ends at once without an event;
+- a 410 (Gone) re-lists, after the backoff; so does a watch that fails twice in a row, so
+  that through an outage of the watches the cache is never older than the backoff's cap plus
+  a list. A 429 is the server asking for less: the watch is retried from where it was,
+  never re-listed for it;
+- a streak of failures is logged on its 1st, 2nd, 4th, 8th ... failure (the log backs off
+  as the retries do), and its end once; an expired watch (410) is routine, logged at debug.
+
 Invariants:
 - ``_rv`` is the resourceVersion the next watch resumes from; ``None`` means re-list.
 - The cache changes only on the reflector's thread, under ``_lock``; readers get copies, so
@@ -28,7 +40,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.kube import JSON, Resource, json_copy
 
-from .client import retry_after
+from .client import describe_error, retry_after
 from .rest import Rest, WatchStream
 
 log = logging.getLogger(__name__)
@@ -89,14 +101,30 @@ def index_by_node_name(obj: JSON) -> builtins.list[str]:
     return [node] if node else []
 
 
+class WatchExpiredError(Exception):
+    """The watch's resourceVersion is too old (410 Gone): only a re-list can go on."""
+
+
+class ShortWatchError(Exception):
+    """A watch that ended at once without an event: a server that ends watches so would
+    make the reflector spin (client-go's "very short watch")."""
+
+
 class Backoff:
     """Exponential backoff with jitter, from ``initial`` to ``cap`` seconds, that starts over
-    after ``reset_after`` seconds without a failure (client-go's 800ms, 30s, 2m)."""
+    after ``reset_after`` seconds without a failure. The jitter (up to +100%) stays within
+    the cap, so that a wait is never longer than ``cap``.
+
+    client-go's reflector waits 800 ms doubling to 30 s (60 s with its jitter), reset after
+    2 minutes. The start and the reset are its; the cap is 15 s, because through an outage of
+    the watches each re-list is what a cache learns by, and a user's change reaches its
+    effect through a chain of them (the InferenceService's informer, then its replica's, then
+    the pods'): two hops of at most 15 s apply a scale-down within about half a minute."""
 
     def __init__(
         self,
         initial: float = 0.8,
-        cap: float = 30.0,
+        cap: float = 15.0,
         reset_after: float = 120.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -113,7 +141,7 @@ class Backoff:
             self._current = 0.0
         self._last_failure = now
         self._current = self.initial if self._current == 0 else min(self.cap, self._current * 2)
-        return float(self._current * (1 + self._rng.random()))  # jitter up to +100%
+        return float(min(self.cap, self._current * (1 + self._rng.random())))
 
 
 class Informer:
@@ -155,6 +183,11 @@ class Informer:
         self._stop = threading.Event()
         self._stream: WatchStream | None = None
         self._thread: threading.Thread | None = None
+        # The reflector's own state, touched by its thread only: failed cycles in a row,
+        # failed watches in a row (a list in between does not end it), Retry-After hints
+        # honoured in a row, and whether this streak was logged as a warning.
+        self._streak = self._watch_failures = self._hinted_waits = 0
+        self._warned = False
 
     @property
     def name(self) -> str:
@@ -260,38 +293,89 @@ class Informer:
     # -- the reflector -------------------------------------------------------------------
 
     def _run(self) -> None:
-        hinted_waits = 0
         while not self._stop.is_set():
-            delay = 0.0
+            listing = self._rv is None
             try:
-                if self._rv is None:
+                if listing:
                     self._relist()
+                    self._hinted_waits = 0  # a request went through
                 started = time.monotonic()
                 events = self._watch_once()
                 if events == 0 and time.monotonic() - started < 1.0:
-                    delay = self.backoff.next()  # a watch that ends at once: do not spin
-            except ApiException as e:
-                if e.status == 410:
-                    self._rv = None
-                    continue
-                log.warning("%s: list/watch failed: %s %s", self.name, e.status, e.reason)
-                hinted = retry_after(e)
-                if hinted is not None and hinted_waits < MAX_HINTED_WAITS:
-                    # The server said when to come back (429, 503): as client-go's request
-                    # layer, wait that long, up to ten times in a row, before backing off.
-                    hinted_waits += 1
-                    delay = max(hinted, 0.1)
-                else:
-                    delay = self.backoff.next()
+                    raise ShortWatchError("the watch ended at once without an event")
+                self._healthy()
             except Exception as e:
                 if self._stop.is_set():
                     break
-                log.warning("%s: list/watch failed: %s", self.name, e)
-                delay = self.backoff.next()
-            else:
-                hinted_waits = 0
-            if delay:
+                self._streak += 1
+                if not listing or isinstance(e, WatchExpiredError | ShortWatchError):
+                    self._watch_failures += 1
+                    if self._relists_after(e, self._watch_failures):
+                        self._rv = None
+                hinted = retry_after(e)
+                if hinted is not None and self._hinted_waits < MAX_HINTED_WAITS:
+                    # The server said when to come back (429, 503): as client-go's request
+                    # layer, wait that long, up to ten times in a row, before backing off.
+                    self._hinted_waits += 1
+                    delay = max(hinted, 0.1)
+                else:
+                    delay = self.backoff.next()
+                self._warned |= self._log_failure(e, self._streak, delay)
                 self._stop.wait(delay)
+
+    def _healthy(self) -> None:
+        """The watch works (it delivered an event, or ended on its own after a while): the
+        failure streak, if any, is over."""
+        if self._streak:
+            log.log(
+                logging.INFO if self._warned else logging.DEBUG,
+                "%s: list/watch works again after %d failed attempts",
+                self.name,
+                self._streak,
+            )
+        self._streak = self._watch_failures = self._hinted_waits = 0
+        self._warned = False
+
+    @staticmethod
+    def _relists_after(error: Exception, failures: int) -> bool:
+        """Whether a failed watch re-lists: always on a 410, which nothing else answers;
+        never for a 429 (the server asks for less, and a list costs it more than a watch);
+        else from the second failure in a row, so that a watch outage leaves the cache no
+        older than the backoff's cap plus a list (the first is retried from where it was: a
+        dropped connection is often just that)."""
+        if isinstance(error, WatchExpiredError):
+            return True
+        if isinstance(error, ApiException) and error.status == 410:
+            return True
+        if isinstance(error, ApiException) and error.status == 429:
+            return False
+        return failures >= 2
+
+    def _log_failure(self, error: Exception, streak: int, delay: float) -> bool:
+        """One line for the 1st, 2nd, 4th, 8th ... failure in a row; an expired watch is
+        routine (debug), as a re-list answers it. True when it warned."""
+        expired = isinstance(error, WatchExpiredError) or (
+            isinstance(error, ApiException) and error.status == 410
+        )
+        if expired:
+            level = logging.DEBUG
+        else:
+            level = logging.WARNING if streak & (streak - 1) == 0 else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return False
+        ours = isinstance(error, WatchExpiredError | ShortWatchError)
+        what = str(error) if ours else describe_error(error)
+        again = "re-listing" if self._rv is None else "watching again"
+        log.log(
+            level,
+            "%s: list/watch failed (%d in a row): %s; %s in %.1fs",
+            self.name,
+            streak,
+            what,
+            again,
+            delay,
+        )
+        return level == logging.WARNING
 
     def _relist(self) -> None:
         items, rv = self.rest.list_all(
@@ -333,33 +417,33 @@ class Informer:
             read_timeout=timeout + 30.0,
         )
         self._stream = stream
+        self._hinted_waits = 0  # the watch request went through
         count = 0
         try:
             for event in stream:
                 if self._stop.is_set():
                     break
+                self._apply(event)
                 count += 1
-                if self._apply(event):
-                    break  # the watch expired: re-list
+                if count == 1:
+                    self._healthy()
         finally:
             self._stream = None
         return count
 
-    def _apply(self, event: JSON) -> bool:
-        """Apply one watch event; True when the watch expired and a re-list is due."""
+    def _apply(self, event: JSON) -> None:
+        """Apply one watch event; an ERROR event raises (``WatchExpiredError`` for a 410)."""
         etype, obj = event.get("type"), event.get("object") or {}
         if etype == "ERROR":
             code = obj.get("code")
             if code == 410:
-                log.info("%s: watch expired (410): re-listing", self.name)
-                self._rv = None
-                return True
+                raise WatchExpiredError(f"watch expired (410): {obj.get('message') or 'Gone'}")
             raise ApiException(status=code or 500, reason=obj.get("message", "watch error"))
         rv = _rv_of(obj)
         if etype == "BOOKMARK":
             if rv:
                 self._rv = rv
-            return False
+            return
         if self.transform is not None:
             obj = self.transform(obj)
         key = object_key(obj)
@@ -374,7 +458,6 @@ class Informer:
             self._fire(handlers, "add", obj)
         else:
             self._fire(handlers, "update", obj, old)
-        return False
 
     def _fire(
         self,
