@@ -1,12 +1,19 @@
 """Which replica a Slice's events wake (the slice controllers' key mapping): by the owner
 annotation OME writes, and by name, since a name carries its replica's hash (D2) and a
-foreign Slice at one of our names has no annotation of ours."""
+foreign Slice at one of our names has no annotation of ours; and which updates of nodes and
+of other workloads' pods wake anyone at all (the watches' update predicates)."""
 
 from __future__ import annotations
 
-from ome.controllers.slices.reconciler import annotated_owner_keys, owners_by_name
+from ome.controllers.slices.reconciler import (
+    SliceReconcilers,
+    annotated_owner_keys,
+    holder_changed,
+    holder_view,
+    owners_by_name,
+)
 from ome.tpuslice.naming import Slot, owner_hash, slice_name
-from test.unit.slicekit import JSON, NAME, NAMESPACE, UID
+from test.unit.slicekit import CONFIG, JSON, NAME, NAMESPACE, SLICE, UID
 
 
 def replica(name: str = NAME, uid: str = UID, namespace: str = NAMESPACE) -> JSON:
@@ -43,3 +50,59 @@ def test_the_owner_annotation_names_its_replica_key() -> None:
     assert annotated_owner_keys(a_slice(OURS, {"ome.io/slice-owner": "ns/name"})) == ["ns/name"]
     for bad in ("name", "a/b/c", ""):
         assert annotated_owner_keys(a_slice(OURS, {"ome.io/slice-owner": bad})) == []
+
+
+def node(
+    labels: JSON | None = None, ready: str = "True", beat: str = "12:00:00", **spec: object
+) -> JSON:
+    return {
+        "metadata": {"name": "node-a", "resourceVersion": beat, "labels": labels or {}},
+        "spec": dict(spec),
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": ready, "lastHeartbeatTime": f"2025-03-01T{beat}Z"}
+            ]
+        },
+    }
+
+
+def test_a_nodes_heartbeat_wakes_no_one_but_what_its_hosts_read_does() -> None:
+    """Update predicates of the node watches: a heartbeat (a new lastHeartbeatTime and
+    resourceVersion) is no news; the slice label, a cordon and the Ready status are."""
+    changed = routing_only().host_changed
+    before = node({SLICE: "s"})
+    assert not changed(before, node({SLICE: "s"}, beat="12:01:00"))
+    assert changed(before, node({SLICE: "t"}))
+    assert changed(before, node({}))
+    assert changed(before, node({SLICE: "s"}, unschedulable=True))
+    assert changed(before, node({SLICE: "s"}, ready="Unknown"))
+    assert changed(before, node({SLICE: "s", "pool": "other"}))
+
+
+def test_a_holders_status_only_update_wakes_no_one() -> None:
+    """The holders' watch sees pods through ``holder_view``: a change of what G2 reads (its
+    node, phase, deletion, chips, slice selector) is news; a new resourceVersion alone, which
+    is what a status change outside the view leaves, is not."""
+    view = holder_view(CONFIG)
+    pod = {
+        "metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "1"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    later = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "2"}}
+    later["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    assert not holder_changed(view(pod), view(later))
+    done = {**later, "status": {"phase": "Succeeded"}}
+    assert holder_changed(view(later), view(done))
+    going = {
+        **later,
+        "metadata": {**later["metadata"], "deletionTimestamp": "2025-03-01T12:00:00Z"},
+    }
+    assert holder_changed(view(later), view(going))
+
+
+def routing_only() -> SliceReconcilers:
+    """A SliceReconcilers with only its configuration: what its predicates read."""
+    reconcilers = SliceReconcilers.__new__(SliceReconcilers)
+    reconcilers.config = CONFIG
+    return reconcilers
