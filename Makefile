@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint run stress bench soak soak-check e2e-kube kube-binaries crds clean
+.PHONY: setup test lint run stress long bench soak soak-check e2e-kube kube-binaries crds clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,12 @@ test: setup lint
 # runs it after `make test`. STRESS_SERVICES=50 makes it quicker.
 stress: setup
 	$(BIN)/python -m pytest test/stress
+
+# The scenarios that take minutes of real time (test/long): the manager's watches answering
+# 410 for a minute and dropped for two, and teardowns deferred for three and five minutes
+# (about 15 minutes on two cores; each prints what it measured). CI runs it after `make test`.
+long: setup
+	$(BIN)/python -m pytest -rP test/long
 
 # The e2e suite (test/e2e) on a real control plane: etcd, kube-apiserver and
 # kube-controller-manager built from their Go modules (hack/e2e-kube.sh says how). The first
