@@ -514,17 +514,9 @@ class SliceActor:
             try:
                 host_pods = {} if s.terminating else {s.name: self._host_pods(reads, s.name)}
                 (step,) = releases.teardown([s], replica.uid, host_pods, own, past_deadline)
-                if isinstance(step, releases.Releasing):
-                    errors.append(messages.still_releasing(s.name))
-                    continue
-                if isinstance(step, releases.InUse):
-                    errors.append(messages.still_in_use(s.name, step.pods))
-                    continue
-                wait = self._release(replica, step)
-                if isinstance(step, releases.Defer):
-                    errors.append(messages.still_held(s.name, step.holders))
-                else:
-                    errors.append(messages.still_releasing(s.name))
+                if isinstance(step, releases.Delete | releases.Defer):
+                    wait = self._release(replica, step)
+                errors.append(releases.waiting_for(step))
             except Exception as e:
                 if not api_error(e):
                     raise

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from ome.controllers.inferencereplica.controller import Gated, Waiting, replica_key_of_pod
@@ -34,6 +35,7 @@ from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
 from . import messages
+from . import release as releases
 from .act import SliceActor
 from .metrics import SliceMetrics
 from .model import Pod, Replica, slots_of
@@ -248,19 +250,13 @@ class SliceReconcilers:
         replica = Replica.from_json(raw)
         cached = self._owned(replica)
         _, releasing = self._expected(replica, cached)
+        # Our deletes the cache does not show yet are as good as terminating.
+        seen = [replace(s, terminating=True) if n in releasing else s for n, s in cached.items()]
         own = [] if past_deadline else self._pods_of(replica)
-        waits: list[str] = []
-        for name, s in sorted(cached.items()):
-            users = sorted({p.name for p in own if p.slice_name == name and not p.terminal})
-            if s.terminating or name in releasing:
-                waits.append(messages.still_releasing(name))
-            elif users:
-                waits.append(messages.still_in_use(name, users))
-            else:
-                break  # one to release: read live
-        else:
-            if cached:
-                return Waiting(messages.teardown_failed(waits, replica.uid))
+        steps = releases.teardown(seen, replica.uid, {}, own, past_deadline)
+        if steps and all(isinstance(st, releases.Releasing | releases.InUse) for st in steps):
+            texts = [releases.waiting_for(st) for st in steps]
+            return Waiting(messages.teardown_failed(texts, replica.uid))
         waiting = self.actor.teardown(replica, past_deadline)
         if waiting is None:
             self.expectations.forget(replica.key)
@@ -283,8 +279,7 @@ class SliceReconcilers:
 
     def host_changed(self, old: JSON, new: JSON) -> bool:
         """Whether a node's update is news to the slice reconcilers: its labels (the slice
-        label, the pool's), or what makes it usable (F: cordoned, taints, Ready), not a
-        heartbeat."""
+        label, the pool's), or what makes it usable (F: cordoned, Ready), not a heartbeat."""
         return _labels(old) != _labels(new) or Host.from_node(
             old, self.config.slice_label
         ) != Host.from_node(new, self.config.slice_label)

@@ -18,6 +18,7 @@ from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
 
+from . import messages
 from .demand import Verdict
 from .model import Pod, Replica, wanted_slots
 
@@ -160,3 +161,15 @@ def teardown(
         else:
             steps.append(release_or_defer(s, host_pods.get(s.name, []), with_version=False))
     return steps
+
+
+def waiting_for(step: Delete | Defer | Releasing | InUse) -> str:
+    """G5's ``<err>`` for a teardown step whose Slice is not gone yet: kept by other
+    workloads' pods, still run on by the replica's own pods, or being released (a delete
+    just accepted too: GKE holds the Slice behind its finalizer while it lets the partition
+    go)."""
+    if isinstance(step, Defer):
+        return messages.still_held(step.slice.name, step.holders)
+    if isinstance(step, InUse):
+        return messages.still_in_use(step.slice.name, step.pods)
+    return messages.still_releasing(step.slice.name)
