@@ -163,15 +163,21 @@ def test_a_watch_that_keeps_failing_relists_so_the_cache_stays_fresh(
     a row, each retry re-lists, so a change made during the outage reaches the cache within
     the backoff's cap plus a list."""
     _, rec = informer
+    acc = cluster.server.accounting
+    lists, watches = acc.total("list", "configmaps"), acc.total("watch", "configmaps")
     cluster.server.faults.add(Fault(verb="watch", resource="configmaps", drop=True, times=None))
     cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
     try:
         for name in ("first", "second"):
             rest.create(CONFIGMAPS, configmap(name), "default")
             eventually(lambda: ("add", name) in rec.seen(), timeout=5)  # noqa: B023
+        eventually(lambda: acc.total("watch", "configmaps") - watches >= 10, timeout=10)
+        failed = acc.total("watch", "configmaps") - watches
+        relisted = acc.total("list", "configmaps") - lists
     finally:
         cluster.server.faults.clear()
-    assert cluster.server.accounting.total("watch", "configmaps") >= 3
+    # Every failed watch but the first was followed by a re-list (one may be in flight).
+    assert relisted >= failed - 2, (failed, relisted)
 
 
 def test_list_errors_back_off_and_then_sync(rest: Rest, cluster: Cluster) -> None:

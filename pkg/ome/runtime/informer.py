@@ -294,11 +294,12 @@ class Informer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            listing = self._rv is None
+            watching = False
             try:
-                if listing:
+                if self._rv is None:
                     self._relist()
                     self._hinted_waits = 0  # a request went through
+                watching = True
                 started = time.monotonic()
                 events = self._watch_once()
                 if events == 0 and time.monotonic() - started < 1.0:
@@ -308,7 +309,7 @@ class Informer:
                 if self._stop.is_set():
                     break
                 self._streak += 1
-                if not listing or isinstance(e, WatchExpiredError | ShortWatchError):
+                if watching:
                     self._watch_failures += 1
                     if self._relists_after(e, self._watch_failures):
                         self._rv = None
