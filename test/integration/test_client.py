@@ -8,8 +8,9 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from ome.runtime.client import Client, RetryPolicy
+from ome.runtime.client import Client, RetryPolicy, describe_error
 from ome.runtime.rest import CONFIGMAPS, Rest
 from ome.sim.apiserver.faults import Fault
 from test.conftest import Cluster
@@ -74,3 +75,12 @@ def test_every_call_is_a_span(client: Client, spans: InMemorySpanExporter) -> No
         client.live_get(CONFIGMAPS, "missing", "default")
     names = [(s.name, s.attributes.get("http.status_code")) for s in spans.get_finished_spans()]
     assert names == [("k8s create configmaps", 200), ("k8s get configmaps", 404)]
+
+
+def test_a_transport_failure_is_described_by_its_cause_in_one_short_line() -> None:
+    """urllib3 wraps a dropped connection in MaxRetryError, whose text repeats the pool and
+    the whole URL; the one line an API error gets names the cause."""
+    dropped = ProtocolError("Connection aborted.", ConnectionResetError("reset by peer"))
+    wrapped = MaxRetryError(None, "/api/v1/pods?watch=true&resourceVersion=61", dropped)  # type: ignore[arg-type]
+    assert describe_error(wrapped) == describe_error(dropped)
+    assert describe_error(wrapped).startswith("ProtocolError: ('Connection aborted.'")

@@ -25,7 +25,7 @@ from tenacity import (
     stop_after_attempt,
     stop_after_delay,
 )
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, MaxRetryError
 
 from ome.kube import JSON, Resource
 
@@ -72,6 +72,8 @@ def describe_error(error: BaseException) -> str:
     or the transport failure (``ProtocolError: Connection aborted``)."""
     if isinstance(error, NotLeadingError):
         return str(error)
+    if isinstance(error, MaxRetryError) and error.reason is not None:
+        return describe_error(error.reason)  # the cause, not the pool and URL around it
     if isinstance(error, ApiException):
         status = status_of(error)
         reason = status.get("reason") or error.reason or ""
