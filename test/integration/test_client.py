@@ -81,6 +81,6 @@ def test_a_transport_failure_is_described_by_its_cause_in_one_short_line() -> No
     """urllib3 wraps a dropped connection in MaxRetryError, whose text repeats the pool and
     the whole URL; the one line an API error gets names the cause."""
     dropped = ProtocolError("Connection aborted.", ConnectionResetError("reset by peer"))
-    wrapped = MaxRetryError(None, "/api/v1/pods?watch=true&resourceVersion=61", dropped)  # type: ignore[arg-type]
+    wrapped = MaxRetryError(None, "/api/v1/pods?watch=true&resourceVersion=61", dropped)
     assert describe_error(wrapped) == describe_error(dropped)
     assert describe_error(wrapped).startswith("ProtocolError: ('Connection aborted.'")
