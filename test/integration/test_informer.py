@@ -142,6 +142,9 @@ def test_watches_that_keep_answering_410_back_off_before_each_relist(
     hundreds, and logs no warning (an expired watch is routine). A change made meanwhile
     reaches the cache through a re-list."""
     _, rec = informer
+    # The watch works (an event came through it), so that ending it is no short watch.
+    rest.create(CONFIGMAPS, configmap("before"), "default")
+    eventually(lambda: ("add", "before") in rec.seen(), timeout=5)
     acc = cluster.server.accounting
     lists = acc.total("list", "configmaps")
     caplog.set_level("INFO", logger="ome.runtime.informer")
