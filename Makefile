@@ -37,7 +37,7 @@ stress: setup
 
 # The scenarios that take minutes of real time (test/long): the manager's watches answering
 # 410 for a minute and dropped for two, and teardowns deferred for three and five minutes
-# (about 15 minutes on two cores; each prints what it measured). CI runs it after `make test`.
+# (about 11 minutes on two cores; each prints what it measured). CI runs it after `make test`.
 long: setup
 	$(BIN)/python -m pytest -rP test/long
 
