@@ -1,6 +1,7 @@
 """What the unit tests of the slice reconcilers build again and again, once: the guide's
 replica ``qwen3-tpu/qwen3-tpu-engine``, its configuration and demands, its runners' pod
-templates, its stored Instance rows, and the Slices, pods and hosts it meets.
+templates, its stored Instance rows, the Slices, pods and hosts it meets, and the event
+recorder the manager gives its controller.
 
 A plain module, not a conftest: a test imports what it uses, e.g.
 ``from test.unit.slicekit import NAME, replica, single, sl``. The defaults are the common case;
@@ -11,11 +12,13 @@ parameter, or binds it once with ``functools.partial``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ome.controllers.setup import NEVER_FILTERED
 from ome.controllers.slices.model import Pod, Replica
+from ome.runtime.events import EventRecorder, spam_key_by_reason
 from ome.tpuslice.config import parse
 from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host
@@ -287,3 +290,17 @@ def pod(
 def host(name: str, *, cordoned: bool = False, ready: str = "True", slice_name: str = N) -> Host:
     """A node of Slice ``slice_name``: by default ready and not cordoned."""
     return Host(name, slice_name=slice_name, unschedulable=cordoned, ready=ready)
+
+
+def manager_recorder(client: Any, clock: Callable[[], datetime]) -> EventRecorder:
+    """The InferenceReplica controller's event recorder as the manager makes it (its spam
+    budget per reason, SliceLost and TeardownDeadlineExceeded never filtered), writing
+    through ``client`` on ``clock``'s time, started."""
+    recorder = EventRecorder(
+        client,
+        "inferencereplica-controller",
+        clock=clock,
+        spam_key=spam_key_by_reason(NEVER_FILTERED),
+    )
+    recorder.start()
+    return recorder

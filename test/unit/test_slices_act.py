@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry
 from urllib3.exceptions import ProtocolError
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
-from ome.controllers.setup import NEVER_FILTERED
 from ome.controllers.slices import release as releases
 from ome.controllers.slices.act import ReleaseOutcome, SliceActor
 from ome.controllers.slices.metrics import SliceMetrics
@@ -31,7 +30,6 @@ from ome.controllers.slices.plan import (
     release_pass,
 )
 from ome.provider import gke
-from ome.runtime.events import EventRecorder, spam_key_by_reason
 from ome.runtime.expectations import Expectations
 from ome.runtime.rest import PODS
 from ome.tpuslice.hosts import Host
@@ -325,6 +323,21 @@ def running_pod(name: str, slice_name: str) -> JSON:
     }
 
 
+def lost_observation(replica: Replica, running: JSON) -> ReleaseObservation:
+    """What the release pass observes when the one Slice ``running`` names is gone from the
+    cache while the pod runs on node-a, which the cache does not show either."""
+    return ReleaseObservation(
+        replica=replica,
+        config=CONFIG,
+        provision_only=PROVISION_ONLY,
+        owned=(),
+        named={},
+        pods=(Pod.from_json(running, CONFIG.slice_label, CONFIG.chip_resource),),
+        nodes={"node-a": None},
+        releasing=frozenset(),
+    )
+
+
 @pytest.mark.parametrize("already_gone", [False, True])
 def test_a_lost_slices_pod_that_was_already_gone_is_neither_named_nor_counted(
     already_gone: bool,
@@ -338,16 +351,7 @@ def test_a_lost_slices_pod_that_was_already_gone_is_neither_named_nor_counted(
     api = LossAPI(pods=[running], gone={pod_name} if already_gone else set())
     recorder, registry = Recorder(), CollectorRegistry()
     act = actor(api, recorder, registry)
-    obs = ReleaseObservation(
-        replica=replica,
-        config=CONFIG,
-        provision_only=PROVISION_ONLY,
-        owned=(),
-        named={},
-        pods=(Pod.from_json(running, CONFIG.slice_label, CONFIG.chip_resource),),
-        nodes={"node-a": None},
-        releasing=frozenset(),
-    )
+    obs = lost_observation(replica, running)
     plan = release_pass(obs)
     assert plan.suspects == [name]
     assert not act.release(obs, plan).failed
@@ -478,13 +482,7 @@ def test_an_instance_held_for_ten_minutes_leaves_a_later_slice_lost_its_warning(
     is still written."""
     clock = FakeClock(NOW)
     events = EventAPI()
-    recorder = EventRecorder(
-        events,  # type: ignore[arg-type]
-        "inferencereplica-controller",
-        clock=clock,
-        spam_key=spam_key_by_reason(NEVER_FILTERED),
-    )
-    recorder.start()
+    recorder = slicekit.manager_recorder(events, clock)
     service = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService", "name": "qwen3-tpu"}
     raw = copy.deepcopy(engine(replicas=2).raw)
     raw["metadata"]["ownerReferences"] = [{**service, "uid": "isvc-uid", "controller": True}]
@@ -512,16 +510,7 @@ def test_an_instance_held_for_ten_minutes_leaves_a_later_slice_lost_its_warning(
         out = act.gate(obs, gate_pass(obs))
         assert out.holds[0].message == f"slice is owned by another object: {held}"
         clock.advance(5)
-    obs_loss = ReleaseObservation(
-        replica=replica,
-        config=CONFIG,
-        provision_only=PROVISION_ONLY,
-        owned=(),
-        named={},
-        pods=(Pod.from_json(running, CONFIG.slice_label, CONFIG.chip_resource),),
-        nodes={"node-a": None},
-        releasing=frozenset(),
-    )
+    obs_loss = lost_observation(replica, running)
     act.release(obs_loss, release_pass(obs_loss))
     assert recorder.flush()
     recorder.stop()

@@ -19,12 +19,10 @@ from prometheus_client import CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.controllers.inferencereplica.controller import Hooks, InferenceReplicaReconciler
-from ome.controllers.setup import NEVER_FILTERED
 from ome.controllers.slices.metrics import SliceMetrics
 from ome.controllers.slices.reconciler import SliceReconcilers, holder_view
 from ome.kube import Resource
 from ome.provider import gke
-from ome.runtime.events import EventRecorder, spam_key_by_reason
 from ome.runtime.expectations import Expectations
 from ome.runtime.informer import IndexFunc, object_key
 from ome.runtime.rest import EVENTS, NODES, PODS
@@ -185,13 +183,7 @@ def test_a_ten_minute_deferral_leaves_the_deadline_its_warning_and_costs_little(
         },
         "status": {"phase": "Running"},
     }
-    recorder = EventRecorder(
-        client,  # type: ignore[arg-type]
-        "inferencereplica-controller",
-        clock=clock,
-        spam_key=spam_key_by_reason(NEVER_FILTERED),
-    )
-    recorder.start()
+    recorder = slicekit.manager_recorder(client, clock)
     pods = Cache(store, PODS)
     slices = SliceReconcilers(
         client,  # type: ignore[arg-type]
