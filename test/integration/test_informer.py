@@ -160,12 +160,16 @@ def test_watches_that_keep_answering_410_back_off_before_each_relist(
 
 
 def test_a_watch_that_keeps_failing_relists_so_the_cache_stays_fresh(
-    informer: tuple[Informer, Recorder], rest: Rest, cluster: Cluster
+    informer: tuple[Informer, Recorder],
+    rest: Rest,
+    cluster: Cluster,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Every watch is dropped (no answer) while lists still work: from the second failure in
     a row, each retry re-lists, so a change made during the outage reaches the cache within
-    the backoff's cap plus a list."""
+    the backoff's cap plus a list; the failures are logged once per doubling, not each."""
     _, rec = informer
+    caplog.set_level("INFO", logger="ome.runtime.informer")
     acc = cluster.server.accounting
     lists, watches = acc.total("list", "configmaps"), acc.total("watch", "configmaps")
     cluster.server.faults.add(Fault(verb="watch", resource="configmaps", drop=True, times=None))
@@ -181,6 +185,10 @@ def test_a_watch_that_keeps_failing_relists_so_the_cache_stays_fresh(
         cluster.server.faults.clear()
     # Every failed watch but the first was followed by a re-list (one may be in flight).
     assert relisted >= failed - 2, (failed, relisted)
+    # The streak is logged as its retries back off: on its 1st, 2nd, 4th, 8th ... failure.
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert 3 <= len(warned) <= failed.bit_length() + 1, warned
+    assert all("in a row" in w for w in warned)
 
 
 def test_list_errors_back_off_and_then_sync(rest: Rest, cluster: Cluster) -> None:

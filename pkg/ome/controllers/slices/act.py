@@ -22,8 +22,7 @@ from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS, LABEL_INFERENCE_REPLICA
-from ome.controllers.inferencereplica.controller import FAILED_TEARDOWN_RETRY as FAILED_RETRY
-from ome.controllers.inferencereplica.controller import Waiting
+from ome.controllers.inferencereplica.controller import FAILED_TEARDOWN_RETRY, Waiting
 from ome.controllers.inferencereplica.instances import Hold
 from ome.kube import JSON
 from ome.provider import gke
@@ -499,20 +498,22 @@ class SliceActor:
             if not api_error(e):
                 raise
             text = f"listing TPU slices failed: {describe_error(e)}"
-            return Waiting(messages.teardown_failed([text], replica.uid), FAILED_RETRY)
+            return Waiting(messages.teardown_failed([text], replica.uid), FAILED_TEARDOWN_RETRY)
         try:
             own = [] if past_deadline or not owned else self._replica_pods(reads, replica)
         except Exception as e:
             if not api_error(e):
                 raise
             text = f"listing the pods of {replica.key} failed: {describe_error(e)}"
-            return Waiting(messages.teardown_failed([text], replica.uid), FAILED_RETRY)
+            return Waiting(messages.teardown_failed([text], replica.uid), FAILED_TEARDOWN_RETRY)
         for s in owned:
             if not s.owned_by(replica.uid):
                 continue
             wait: float | None = None
             try:
-                host_pods = {} if s.terminating else {s.name: self._host_pods(reads, s.name)}
+                # Its hosts' pods matter only for a Slice that is to go now.
+                kept = s.terminating or (not past_deadline and releases.runs_on(s.name, own))
+                host_pods = {} if kept else {s.name: self._host_pods(reads, s.name)}
                 (step,) = releases.teardown([s], replica.uid, host_pods, own, past_deadline)
                 if isinstance(step, releases.Delete | releases.Defer):
                     wait = self._release(replica, step)

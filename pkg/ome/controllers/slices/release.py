@@ -126,6 +126,12 @@ def confirm_sweep(
     return release_or_defer(live, host_pods, with_version=True)
 
 
+def runs_on(name: str, own_pods: Iterable[Pod]) -> tuple[str, ...]:
+    """The replica's own pods that still run on Slice ``name`` (terminating ones included,
+    finished ones not), sorted: what keeps it through a teardown until the deadline."""
+    return tuple(sorted({p.name for p in own_pods if p.slice_name == name and not p.terminal}))
+
+
 @dataclass(frozen=True)
 class InUse:
     """Keep ``slice`` for now: the replica's own ``pods`` still run on it (terminating ones
@@ -153,11 +159,11 @@ def teardown(
     for s in sorted(owned, key=lambda s: s.name):
         if not s.owned_by(replica_uid):
             continue
-        users = sorted({p.name for p in own if p.slice_name == s.name and not p.terminal})
+        users = runs_on(s.name, own)
         if s.terminating:
             steps.append(Releasing(s))
         elif users and not past_deadline:
-            steps.append(InUse(s, tuple(users)))
+            steps.append(InUse(s, users))
         else:
             steps.append(release_or_defer(s, host_pods.get(s.name, []), with_version=False))
     return steps
