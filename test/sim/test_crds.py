@@ -153,6 +153,13 @@ def test_kubectl_get_shows_printer_columns(cluster: Cluster, kubectl: Kubectl) -
 
 @pytest.mark.conformance
 def test_kubectl_explain_reads_the_crd_schema(cluster: Cluster, kubectl: Kubectl) -> None:
+    """kube-apiserver publishes a new CRD to discovery and OpenAPI a moment after it is
+    Established (found flaky on the real control plane: `couldn't find resource`), so
+    kubectl is asked until it knows the resource."""
     install(cluster, WIDGET_CRD)
-    out = kubectl("explain", "widgets.spec").stdout
+    out = eventually(
+        lambda: (r := kubectl("explain", "widgets.spec", check=False)).returncode == 0 and r.stdout,
+        timeout=30,
+        interval=0.5,
+    )
     assert "size" in out and "replicas" in out
