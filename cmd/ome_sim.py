@@ -2,7 +2,7 @@
 
 import sys
 
-from ome.sim.cli import main
+from ome_sim.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,7 @@
 #    OME_E2E_CONTROL_PLANE=kube makes the tests that need a slower simulator start a second
 #    such system of their own rather than skip.
 # 4. Stops it (Ctrl-C to ome-sim), which removes the control plane's data directory.
-# 5. Runs the conformance checks of test/sim (the tests marked `conformance`) against a
+# 5. Runs the conformance checks of stage/tests/sim (the tests marked `conformance`) against a
 #    control plane of their own (OME_CONFORMANCE_APISERVER=kube), the same checks that
 #    `make test` runs against the embedded server (docs/embedded-apiserver.md).
 #
@@ -88,6 +88,6 @@ OME_E2E_KUBECONFIG="$WORK/kubeconfig" OME_E2E_METRICS_URL="$metrics" OME_E2E_CON
   "$BIN/python" -m pytest test/e2e ${PYTEST_ARGS:-}
 stop_sim
 
-echo "e2e-kube: the conformance checks of test/sim against kube-apiserver"
+echo "e2e-kube: the conformance checks of stage/tests/sim against kube-apiserver"
 # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
-OME_CONFORMANCE_APISERVER=kube "$BIN/python" -m pytest test/sim -m conformance -q ${PYTEST_ARGS:-}
+OME_CONFORMANCE_APISERVER=kube "$BIN/python" -m pytest stage/tests/sim -m conformance -q ${PYTEST_ARGS:-}

@@ -104,7 +104,7 @@ class Environment:
 
 def _ome_sim() -> list[str]:
     script = Path(sys.executable).parent / "ome-sim"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "ome.sim.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "ome_sim.cli"]
 
 
 def guide_sample(name: str) -> str:

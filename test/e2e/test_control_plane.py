@@ -1,4 +1,4 @@
-"""The real control plane itself (`ome.sim.controlplane`, what ``--control-plane kube``
+"""The real control plane itself (`ome_sim.controlplane`, what ``--control-plane kube``
 starts): the real server version, RBAC enforced for anyone but the admin, namespace
 deletion by kube-controller-manager, and nothing left behind on stop. Runs under
 ``make e2e-kube`` (``OME_E2E_CONTROL_PLANE=kube``); elsewhere it is skipped, since the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ome.sim.controlplane import KUBE_VERSION, ControlPlane, write_kubeconfig
+from ome_sim.controlplane import KUBE_VERSION, ControlPlane, write_kubeconfig
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("OME_E2E_CONTROL_PLANE") != "kube",

@@ -20,9 +20,9 @@ import pytest
 from kubernetes import client, config
 
 from ome.runtime.rest import Rest
-from ome.sim.controlplane import ControlPlane, binaries_dir, missing_binaries
-from ome.sim.gke.model import parse_pools
-from ome.sim.gke.provider import Options, Provider, install_slice_crd
+from ome_sim.controlplane import ControlPlane, binaries_dir, missing_binaries
+from ome_sim.gke.model import parse_pools
+from ome_sim.gke.provider import Options, Provider, install_slice_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "ghcr.io/moirai-internal/ome-manager"

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ome import __version__
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.e2e.conftest import ROOT, Environment, guide_sample
 from test.helpers import eventually
@@ -31,7 +32,7 @@ from test.unit.test_chart import CHART, SAMPLE_VALUES, helm_binary
 
 GUIDE_UPGRADE = (
     "helm upgrade --install ome oci://ghcr.io/moirai-internal/charts/ome-resources \\\n"
-    "  --namespace ome --version 1.3.0 -f values.yaml"
+    f"  --namespace ome --version {__version__} -f values.yaml"
 )
 UPGRADE = GUIDE_UPGRADE.replace("oci://ghcr.io/moirai-internal/charts/ome-resources", str(CHART))
 ROLLOUT = "kubectl rollout status deployment ome-controller-manager -n ome"

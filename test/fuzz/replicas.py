@@ -14,7 +14,7 @@ from typing import Any, cast
 import yaml
 from hypothesis import strategies as st
 
-from ome.sim.apiserver.schema import StructuralSchema
+from ome_sim.apiserver.schema import StructuralSchema
 
 from .strategies import INTS, JSON, KEYS, TEXT, json_objects, json_values, mutants
 

@@ -12,9 +12,9 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from ome.runtime.client import Client, RetryPolicy, describe_error
 from ome.runtime.rest import CONFIGMAPS, Rest
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster
-from test.sim.manifests import configmap
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster
+from test.manifests import configmap
 
 
 @pytest.fixture

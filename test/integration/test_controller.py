@@ -19,9 +19,9 @@ from ome.runtime.controller import Controller, ControllerMetrics, Result
 from ome.runtime.informer import Informer
 from ome.runtime.rest import CONFIGMAPS, Rest
 from ome.runtime.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
-from test.conftest import Cluster
+from test.cluster import Cluster
 from test.helpers import eventually
-from test.sim.manifests import configmap
+from test.manifests import configmap
 
 
 class Harness:

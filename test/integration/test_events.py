@@ -17,10 +17,10 @@ from ome.kube import JSON
 from ome.runtime.client import Client, RetryPolicy
 from ome.runtime.events import EventRecorder, spam_key_by_reason
 from ome.runtime.rest import CONFIGMAPS, EVENTS, NAMESPACES, Rest
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster, Kubectl
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
-from test.sim.manifests import configmap
+from test.manifests import configmap
 
 START = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -17,10 +17,10 @@ from ome.runtime.informer import (
     deleted_object,
 )
 from ome.runtime.rest import CONFIGMAPS, Rest
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster
 from test.helpers import eventually
-from test.sim.manifests import configmap
+from test.manifests import configmap
 
 
 class Recorder:
@@ -233,7 +233,7 @@ def test_backoff_grows_to_its_cap_and_resets_after_a_healthy_stretch() -> None:
 def test_indexers_by_label_node_name_and_any_function(rest: Rest, cluster: Cluster) -> None:
     from ome.runtime.informer import InformerFactory, index_by_label, index_by_node_name
     from ome.runtime.rest import PODS
-    from test.sim.manifests import pod
+    from test.manifests import pod
 
     factory = InformerFactory(rest)
     pods = factory.informer(PODS, namespace="default")

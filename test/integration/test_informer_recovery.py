@@ -11,8 +11,8 @@ from kubernetes import client
 
 from ome.runtime.informer import Informer
 from ome.runtime.rest import CONFIGMAPS, NAMESPACES, Rest
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster
 from test.helpers import eventually
 
 NS = "recovery"

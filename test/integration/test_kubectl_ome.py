@@ -29,7 +29,7 @@ from ome.controllers.inferencereplica.instances import hold_reason
 from ome.controllers.slices import messages
 from ome.provider import gke
 from ome.runtime.rest import NODES
-from test.conftest import Cluster, Kubectl
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually
 from test.integration.test_slices import (
     Env,

@@ -17,8 +17,8 @@ from kubernetes import client, config
 
 from ome.runtime.leader import JITTER_FACTOR, LeaderElectionConfig, LeaderElector
 from ome.runtime.rest import LEASES, Rest
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster
 from test.helpers import eventually
 
 NS, NAME = "default", "ome-controller"

@@ -25,10 +25,10 @@ from ome.runtime.controller import Controller, ControllerMetrics
 from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
 from ome.runtime.rest import CONFIGMAPS, LEASES, SECRETS, Rest
 from ome.runtime.workqueue import RateLimitingQueue
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster, Kubectl
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually
-from test.sim.manifests import configmap
+from test.manifests import configmap
 
 FAST = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.25}
 
@@ -179,7 +179,7 @@ def test_a_quiet_manager_costs_only_watches_and_lease_renewals(cluster: Cluster)
         api, ns_rt = cluster.server.api, cluster.server.registry.by_key("", "namespaces")
         cm_rt = cluster.server.registry.by_key("", "configmaps")
         assert ns_rt is not None and cm_rt is not None
-        from ome.sim.apiserver.api import WriteOptions
+        from ome_sim.apiserver.api import WriteOptions
 
         for ns in namespaces:
             await api.create(ns_rt, "v1", "", {"metadata": {"name": ns}}, WriteOptions())
@@ -262,6 +262,9 @@ def identity_of(proc: subprocess.Popen[str]) -> str:
     for line in proc.stderr:
         entry = json.loads(line)
         if entry["msg"] == "starting ome-manager":
+            # The start-up line names the version, and the commit of this checkout.
+            assert entry["version"] == ome.__version__, entry
+            assert entry.get("commit") == ome.source_commit(), entry
             return str(entry["identity"])
     raise AssertionError("the manager did not log its start")
 

@@ -17,9 +17,9 @@ from ome.kube import JSON
 from ome.runtime.client import Client, namespace_terminating
 from ome.runtime.informer import Informer
 from ome.runtime.rest import CONFIGMAPS, NAMESPACES, PODS, Rest
-from test.conftest import Cluster
+from test.cluster import Cluster
 from test.helpers import eventually
-from test.sim.manifests import configmap
+from test.manifests import configmap
 
 NS = "going"
 

@@ -28,11 +28,11 @@ from ome.controllers.setup import setup
 from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, PODS, Rest
-from ome.sim.gke.model import parse_pools
-from ome.sim.gke.provider import Options, Provider, install_slice_crd
-from test.conftest import Cluster, Kubectl
+from ome_sim.gke.model import parse_pools
+from ome_sim.gke.provider import Options, Provider, install_slice_crd
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
-from test.sim.test_admission import WebhookServer, config, deny, webhook
+from test.webhooks import WebhookServer, config, deny, webhook
 
 JSON = dict[str, Any]
 NS = "qwen3-tpu"

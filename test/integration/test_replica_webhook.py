@@ -26,10 +26,10 @@ from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, SECRETS, Rest
 from ome.runtime.webhook import AdmissionResponse, WebhookServer
-from ome.sim.apiserver.faults import Fault
 from ome.tpuslice.admission import UNCHECKED_LOG
+from ome_sim.apiserver.faults import Fault
 from test.admission_cases import CASES, IDLE_CHIPS_REASON, NAME, Case
-from test.conftest import Cluster, Kubectl
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually
 from test.integration.test_slices import (
     MANAGER_AGENT,

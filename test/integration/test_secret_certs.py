@@ -19,8 +19,8 @@ from ome.runtime.client import Client, RetryPolicy
 from ome.runtime.informer import InformerFactory
 from ome.runtime.rest import SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Rest
 from ome.runtime.webhookcerts import SecretCerts
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster
 from test.helpers import eventually
 
 NS = "default"

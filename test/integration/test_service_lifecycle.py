@@ -18,7 +18,7 @@ from ome.api.v1beta1 import CLUSTER_SERVING_RUNTIMES, INFERENCE_SERVICES
 from ome.durations import parse_go_duration
 from ome.kube import parse_time
 from ome.runtime.rest import PODS
-from test.conftest import Cluster, Kubectl
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually
 from test.integration.test_omenative import JSON, NS, RUNTIME, Env, env, isvc
 

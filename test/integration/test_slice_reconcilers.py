@@ -18,9 +18,9 @@ from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.kube import rfc3339
 from ome.provider import gke
 from ome.runtime.rest import EVENTS, NODES, PODS
-from ome.sim.apiserver.faults import Fault
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
-from test.conftest import Cluster, Kubectl
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
 from test.integration.test_omenative import NS
 from test.integration.test_slices import (
@@ -523,7 +523,7 @@ def test_a_storm_of_server_errors_and_deletions_logs_no_traceback(
             timeout=60,
         )
         eventually(lambda: env.slices() == [], timeout=60)
-    product = [r for r in caplog.records if not r.name.startswith("ome.sim")]
+    product = [r for r in caplog.records if not r.name.startswith("ome_sim")]
     assert [r.getMessage() for r in product if r.exc_info] == []
     retries = [r for r in product if "retrying in" in r.getMessage()]
     assert retries, "the storm was retried"

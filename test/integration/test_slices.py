@@ -32,13 +32,13 @@ from ome.runtime.rest import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     Rest,
 )
-from ome.sim.apiserver.faults import Fault
-from ome.sim.gke.model import parse_pools
-from ome.sim.gke.provider import Options, Provider, install_slice_crd
 from ome.tpuslice import naming
 from ome.tpuslice.demand import opted_in
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
-from test.conftest import Cluster, Kubectl
+from ome_sim.apiserver.faults import Fault
+from ome_sim.gke.model import parse_pools
+from ome_sim.gke.provider import Options, Provider, install_slice_crd
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
 from test.integration.test_omenative import MODEL, NS, RUNTIME, isvc
 
@@ -164,7 +164,7 @@ def make_env(
             Options(activation_delay=activation_delay, heartbeat_interval=5, scheduler="on"),
         )
     else:
-        from ome.sim.gke import provider as sim
+        from ome_sim.gke import provider as sim
 
         provider = Provider(rest, parse_pools(pools), Options(heartbeat_interval=5, scheduler="on"))
         provider.slices = sim.Informer(rest, NAMESPACES)  # nothing to watch without the CRD

@@ -15,7 +15,7 @@ from ome.runtime.client import Client, RetryPolicy
 from ome.runtime.rest import SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Rest
 from ome.runtime.webhook import AdmissionRequest, AdmissionResponse, WebhookServer
 from ome.runtime.webhookcerts import SecretCerts
-from test.conftest import Cluster, Kubectl
+from test.cluster import Cluster, Kubectl
 
 NS = "default"
 SERVICE = "ome-webhooks"

@@ -17,8 +17,8 @@ import pytest
 from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
 from ome.provider import gke
 from ome.runtime.rest import EVENTS, NODES, PODS
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster, Kubectl
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
 from test.integration.test_slices import (
     MANAGER_AGENT,

@@ -15,8 +15,8 @@ import pytest
 from ome.api.v1beta1 import INFERENCE_SERVICES
 from ome.provider import gke
 from ome.runtime.rest import PODS
-from ome.sim.apiserver.faults import Fault
-from test.conftest import Cluster, Kubectl
+from ome_sim.apiserver.faults import Fault
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
 from test.integration.test_slices import MANAGER_AGENT, NS, Env, guide_env, opted
 
@@ -35,7 +35,7 @@ def manager_lines(records: list[logging.LogRecord]) -> list[str]:
         for r in records
         if r.levelno >= logging.INFO
         and r.name.startswith("ome.")
-        and not r.name.startswith("ome.sim")
+        and not r.name.startswith("ome_sim")
     ]
 
 

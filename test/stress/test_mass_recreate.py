@@ -23,9 +23,9 @@ from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
 from ome.controllers.setup import setup
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, PODS, Rest
-from ome.sim.gke.model import parse_pools
-from ome.sim.gke.provider import Options, Provider, install_slice_crd
-from test.conftest import Cluster, Kubectl
+from ome_sim.gke.model import parse_pools
+from ome_sim.gke.provider import Options, Provider, install_slice_crd
+from test.cluster import Cluster, Kubectl
 from test.helpers import eventually
 from test.integration.test_omenative import MODEL, NS, RUNTIME, isvc
 

@@ -12,7 +12,7 @@ import pytest
 
 from ome.api import crdgen, v1beta1
 from ome.api.v1beta1 import Field
-from ome.sim.apiserver.schema import validate_crd_schema
+from ome_sim.apiserver.schema import validate_crd_schema
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "crd"
 

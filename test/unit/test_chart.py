@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ome import __version__
 from ome.entrypoints.checkconfig import config_block
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 
@@ -36,7 +37,7 @@ RELEASE = "ome"  # the guide's: helm upgrade --install ome ... --namespace ome
 NAMESPACE = "ome"
 #: What _helpers.tpl adds to config/'s labels.
 HELM_LABELS = {
-    "helm.sh/chart": "ome-resources-1.3.0",
+    "helm.sh/chart": f"ome-resources-{__version__}",
     "app.kubernetes.io/managed-by": "Helm",
     "app.kubernetes.io/instance": RELEASE,
 }
@@ -183,8 +184,8 @@ def test_chart_yaml_names_the_guides_chart_and_version() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2"
     assert chart["name"] == "ome-resources"
-    assert chart["version"] == "1.3.0"
-    assert chart["appVersion"] == "1.3.0"
+    assert chart["version"] == __version__
+    assert chart["appVersion"] == __version__
     assert chart["description"]
 
 
@@ -512,7 +513,7 @@ def test_a_default_resource_goes_when_set_to_null() -> None:
 
 def test_the_image_tag_defaults_to_the_app_version() -> None:
     (container,) = deployment(render())["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == "ghcr.io/moirai-internal/ome-manager:1.3.0"
+    assert container["image"] == f"ghcr.io/moirai-internal/ome-manager:{__version__}"
 
 
 def test_pod_annotations_cannot_override_the_charts_own() -> None:
@@ -548,5 +549,5 @@ def test_the_readme_lists_every_value_and_the_install_command() -> None:
     assert rows <= expected, f"README.md lists unknown values {sorted(rows - expected)}"
     assert (
         "helm upgrade --install ome oci://ghcr.io/moirai-internal/charts/ome-resources \\\n"
-        "  --namespace ome --version 1.3.0 -f values.yaml"
+        f"  --namespace ome --version {__version__} -f values.yaml"
     ) in readme

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from ome import __version__, user_agent
+from ome import user_agent, version_line
 from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
@@ -89,7 +89,7 @@ def build_parser() -> Parser:
         prog=PROG,
         description="Read OMENative Instances and the TPU slices OME provisions for them.",
     )
-    parser.add_argument("--version", action="version", version=f"kubectl-ome {__version__}")
+    parser.add_argument("--version", action="version", version=version_line("kubectl-ome"))
     _connection_flags(parser, top=True)
     parser.add_argument(
         "-A",
@@ -123,6 +123,12 @@ def build_parser() -> Parser:
     )
     _connection_flags(st, top=False)
 
+    commands.add_parser(
+        "version",
+        help="print kubectl-ome's version",
+        description="Print kubectl-ome's version (the project's one version), and the git "
+        "commit when it runs from a checkout.",
+    )
     sl = commands.add_parser(
         "slices",
         help="one row per Instance slot: its Slice, hosts, pods and what it waits for",
@@ -324,6 +330,9 @@ def slices_view(rest: Rest, args: argparse.Namespace, namespace: str | None) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "version":  # needs no cluster
+        sys.stdout.write(version_line("kubectl-ome") + "\n")
+        return 0
     if args.command == "instance" and args.all_namespaces:
         sys.stderr.write("error: instance status reads one namespace: drop -A\n")
         return 1

@@ -16,7 +16,7 @@ from types import FrameType
 
 from kubernetes import client, config
 
-from ome import user_agent
+from ome import __version__, source_commit, user_agent, version_line
 from ome.controllers.setup import StartupError
 from ome.controllers.setup import setup as setup_controllers
 from ome.durations import parse_go_duration
@@ -32,6 +32,9 @@ log = logging.getLogger("ome.manager")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ome-manager", description="The OME controller manager.")
+    parser.add_argument(
+        "--version", action="version", version=version_line("ome-manager"), help="print it"
+    )
     parser.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG"),
@@ -225,7 +228,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     log.info(
         "starting ome-manager",
-        extra={"identity": manager.options.identity, "namespace": args.namespace},
+        extra={
+            "version": __version__,
+            **({"commit": commit} if (commit := source_commit()) else {}),
+            "identity": manager.options.identity,
+            "namespace": args.namespace,
+        },
     )
     try:
         return manager.run(stop)

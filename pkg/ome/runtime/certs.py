@@ -1,7 +1,7 @@
 """Self-signed CAs and the serving certificates they sign, as PEM bytes.
 
 Owns key generation, issuance and expiry checks for webhook TLS. It must never import
-``ome.sim`` (product code uses it) nor touch files, the network or a cluster.
+``ome_sim`` (product code uses it) nor touch files, the network or a cluster.
 """
 
 from __future__ import annotations

@@ -1,0 +1,136 @@
+"""Fixtures shared by every suite, the product's (``test/``) and the stage's (``stage/tests/``):
+a cluster per test, and two independent clients (the official ``kubernetes`` Python client and
+the ``kubectl`` binary) pointed at it (``test/cluster.py`` says what the clusters are).
+
+With ``OME_CONFORMANCE_APISERVER=kube`` only the tests marked ``conformance`` run; the others
+are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import ssl
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test.cluster import (
+    APISERVER,
+    ON_KUBE,
+    Cluster,
+    KubeCluster,
+    Kubectl,
+    KubectlResult,
+    api_client,
+)
+
+from ome_sim.apiserver import ServerThread
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "conformance: a check of the API server through its clients only; it runs on "
+        "kube-apiserver too (OME_CONFORMANCE_APISERVER=kube)",
+    )
+    if APISERVER not in ("embedded", "kube"):
+        raise pytest.UsageError(
+            f"OME_CONFORMANCE_APISERVER={APISERVER!r}: expected 'kube' or unset ('embedded')"
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not ON_KUBE:
+        return
+    skip = pytest.mark.skip(
+        reason="not a conformance check (it needs the embedded server's internals); "
+        "OME_CONFORMANCE_APISERVER=kube runs only the tests marked conformance"
+    )
+    for item in items:
+        if item.get_closest_marker("conformance") is None:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    home = tmp_path / "home"
+    home.mkdir()
+    if ON_KUBE:
+        kube: KubeCluster = request.getfixturevalue("_kube_control_plane")
+        api = api_client(kube.kubeconfig)
+        try:
+            yield Cluster(
+                None, None, kube.kubeconfig, api, home, url=kube.url, ssl_context=kube.context
+            )
+        finally:
+            api.close()
+            kube.clean()
+        return
+    thread = ServerThread(bookmark_interval=0.5)
+    server = thread.start()
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    api = api_client(kubeconfig)
+    try:
+        yield Cluster(server, thread, kubeconfig, api, home, url=server.url)
+    finally:
+        api.close()
+        thread.stop()
+
+
+@pytest.fixture(scope="session")
+def _kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    from ome_sim.controlplane import ControlPlane, binaries_dir, missing_binaries
+
+    missing = missing_binaries(binaries_dir())
+    if missing:
+        pytest.fail(
+            f"OME_CONFORMANCE_APISERVER=kube: {', '.join(missing)} not built in "
+            f"{binaries_dir()}: run hack/kube-binaries.sh"
+        )
+    root = tmp_path_factory.mktemp("kube")
+    cp = ControlPlane(log_dir=root / "logs")
+    cp.start()
+    try:
+        kubeconfig = cp.write_kubeconfig(root / "kubeconfig")
+        assert cp.ca is not None and cp.admin is not None
+        context = ssl.create_default_context(cadata=cp.ca.pem.cert.decode())
+        with tempfile.NamedTemporaryFile(dir=root, suffix=".pem", delete=False) as f:
+            f.write(cp.admin.cert + cp.admin.key)
+        context.load_cert_chain(f.name)
+        kube = KubeCluster(cp.url, kubeconfig, context)
+        kube.clean()
+        yield kube
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def kubectl(cluster: Cluster) -> Kubectl:
+    """Run the real kubectl against the cluster; ``check=False`` returns failures too."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.fail("kubectl is not on PATH: the machine image ships it, install it to test")
+
+    def run(
+        *args: str, input: str | None = None, check: bool = True, timeout: int = 60
+    ) -> KubectlResult:
+        env = {**os.environ, "HOME": str(cluster.home), "KUBECONFIG": str(cluster.kubeconfig)}
+        proc = subprocess.run(
+            [binary, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+        result = KubectlResult(proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}"
+            )
+        return result
+
+    return run

@@ -1,0 +1,1228 @@
+"""``ome-sim bench`` (``make bench``): TPU slice provisioning at scale, on the embedded cluster
+with the provider simulator, measured as ratios so that the figures mean the same on any
+machine.
+
+The stage is three processes besides the bench's own: the embedded API server (``ome-sim
+apiserver``), the provider (``ome-sim provider``) and the manager (``ome-manager``), so that
+each one's CPU and memory are read from ``/proc`` on their own, and the stage's limits are
+not taken for the manager's. The bench watches what happens through informers of its own
+and timestamps each event on receipt; it counts the manager's requests through the server's
+request accounting (``/_sim/requests``), by its User-Agent.
+
+Scenarios (``--quick`` runs smaller ones, for CI):
+
+- **baseline**: a bare pod create round trip, the unit the reaction is reported in;
+- **burst N** (1, 50, 500, 2,000 services): all created at once, then all deleted: the
+  reaction (a Slice seen ready to its pod seen created, p50 and p99), the time to all Ready
+  and to no Slice (and the cost per service), and the manager's writes per lifecycle against
+  the ideal, per verb and resource;
+- **same names again**: a second burst with the names of the first, in the same manager;
+- **steady state**: writes and non-watch reads per minute with services Ready and idle;
+- **cold start**: a new manager against the steady state's services: the time until its
+  caches have synced and its first pass is done, and its peak RSS.
+
+It prints a summary table, writes ``.ome/bench/<timestamp>.json``, and exits 1 when a
+scenario fails: a service not Ready or a Slice not released in time, or a write storm (more
+than ``STORM`` times the ideal writes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from ome import user_agent
+from ome.api.v1beta1 import CONTROLLER_REVISIONS, INFERENCE_REPLICAS, INFERENCE_SERVICES
+from ome.kube import json_copy
+from ome.provider import gke
+from ome.runtime.informer import DeletedFinalStateUnknown, EventHandler, Informer
+from ome.runtime.rest import NAMESPACES, NODES, PODS, Rest
+from ome.tpuslice import naming
+from ome.tpuslice.types import GUIDE_CONFIG_JSON
+
+from . import controlplane, system
+
+JSON = dict[str, Any]
+#: The bench's own User-Agent, and the manager's prefix in the request accounting.
+AGENT = user_agent("ome-sim-bench")
+MANAGER = "ome-manager/"
+PROVIDER = "ome-sim/"
+#: A write storm: more than this many times the ideal writes per lifecycle.
+STORM = 3.0
+#: The goal for writes per lifecycle (README): at most this many times the ideal.
+WRITES_GOAL = 1.2
+SLICE_LABEL = "cloud.google.com/gke-tpu-slice"
+READY_STATES = tuple(json.loads(GUIDE_CONFIG_JSON)["slice"]["readyStates"])
+
+#: The writes one service's lifecycle needs (create, Ready, delete), by resource: the
+#: InferenceReplica created (it is deleted by garbage collection, not by the manager), its
+#: Slice and its pod created and deleted once, and the status writes that change what a user
+#: reads: the service's Ready condition (NotReady, then Ready) and the replica's Instance
+#: row (Creating and held, Creating with its pod, Ready). One more is the replica's teardown
+#: finalizer taken off, without which it is never gone. The model's own ControllerRevision
+#: (one per revision, M3) is not in it: it shows as overhead.
+IDEAL: dict[str, int] = {
+    "inferencereplicas": 2,
+    "inferencereplicas/status": 3,
+    "inferenceservices/status": 2,
+    "slices": 2,
+    "pods": 2,
+}
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    """A child process of the stage, and what ``/proc`` says of its cost."""
+
+    name: str
+    popen: subprocess.Popen[Any]
+
+    def cpu(self) -> float:
+        """User and system CPU seconds so far."""
+        return _cpu_of(self.popen.pid)
+
+    def memory(self, key: str = "VmHWM") -> int:
+        """``VmHWM`` (peak RSS) or ``VmRSS``, in bytes."""
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        system.terminate(self.popen, 30)
+
+
+def _spawn(name: str, command: list[str], log: Path) -> Proc:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = log.open("w")
+    popen = subprocess.Popen(
+        command,
+        preexec_fn=system.die_with_parent,  # noqa: PLW1509 - only a C call, between fork and exec
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    return Proc(name, popen)
+
+
+def _sim(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ome_sim.cli", *args]
+
+
+@dataclass
+class Stage:
+    """The embedded API server, the provider and the manager, each in its own process."""
+
+    work: Path
+    hosts: int
+    activation_delay: float
+    server: Proc | None = None
+    provider: Proc | None = None
+    manager: system.ManagerProcess | None = None
+    manager_proc: Proc | None = None
+    rest: Rest = field(init=False)
+    kubeconfig: Path = field(init=False)
+    webhooks: list[JSON] = field(default_factory=list)
+    restarts: int = 0
+    #: How often the provider renews each node's Lease: rarely, as nothing reads them here.
+    heartbeat: str = "60s"
+
+    def start(self) -> None:
+        self.kubeconfig = self.work / "kubeconfig"
+        self.kubeconfig.unlink(missing_ok=True)  # a run before this one's: not this server's
+        say("starting the embedded API server")
+        self.server = _spawn(
+            "apiserver",
+            _sim("apiserver", "--kubeconfig", str(self.kubeconfig)),
+            self.work / "apiserver.log",
+        )
+        _until(self.kubeconfig.exists, 30, "the API server's kubeconfig")
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+        self.rest = Rest(client.ApiClient(cfg), user_agent=AGENT)
+        self.webhooks = system.install(self.rest, Path("config"), GUIDE_CONFIG_JSON, say)
+        self._start_provider()
+        self.start_manager()
+
+    def _start_provider(self) -> None:
+        say(f"starting the provider with {self.hosts} provision-only hosts")
+        self.provider = _spawn(
+            "provider",
+            _sim(
+                *("provider", "--kubeconfig", str(self.kubeconfig)),
+                *("--pool", f"tpu7x:provision-only:{self.hosts}"),
+                *("--activation-delay", f"{self.activation_delay}s"),
+                *("--heartbeat-interval", self.heartbeat, "--scheduler", "on"),
+            ),
+            self.work / "provider.log",
+        )
+        _until(lambda: len(self.rest.list(NODES)["items"]) >= self.hosts, 120, "the TPU nodes")
+
+    def start_manager(self) -> float:
+        """A new manager; returns how long until it was ready (caches synced)."""
+        started = time.monotonic()
+        self.restarts += 1
+        self.manager = system.start_manager(
+            self.kubeconfig, self.work / f"manager-{self.restarts}.log", []
+        )
+        self.manager_proc = Proc("manager", self.manager.proc)
+        port = self.manager.wait_for_port("admission webhooks", 60)
+        system.point_webhooks_at(self.rest, self.webhooks, port)
+        probes = self.manager.wait_for_port("probes", 60)
+        system.wait_ready(self.manager, probes, 300, lambda m: None, threading.Event())
+        return time.monotonic() - started
+
+    def metrics(self) -> str:
+        assert self.manager is not None
+        port = self.manager.ports["metrics"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            return str(resp.read().decode())
+
+    def load(self, items: list[JSON]) -> None:
+        """Objects into the store as they are (``/_sim/load``), in chunks."""
+        for start in range(0, len(items), _LOAD_CHUNK):
+            self.rest.request(
+                "POST", "/_sim/load", body={"items": items[start : start + _LOAD_CHUNK]}
+            )
+            say(f"  loaded {min(start + _LOAD_CHUNK, len(items))}/{len(items)} objects")
+
+    def stop_manager(self) -> None:
+        if self.manager is not None:
+            self.manager.stop()
+            self.manager = None
+
+    def stop(self) -> None:
+        self.stop_manager()
+        for proc in (self.provider, self.server):
+            if proc is not None:
+                proc.stop()
+
+    def create_namespace(self, name: str) -> None:
+        _create_ns(self.rest, name)
+
+    def requests(self, agent: str = MANAGER) -> Counter[tuple[str, str]]:
+        """The requests so far of the clients whose User-Agent starts with ``agent`` (the
+        manager's by default; ``""``: everyone's), by (verb, resource)."""
+        raw = self.rest.request("GET", "/_sim/requests")
+        counts: Counter[tuple[str, str]] = Counter()
+        for item in raw["requests"]:
+            if str(item["userAgent"]).startswith(agent):
+                counts[(item["verb"], item["resource"])] += int(item["count"])
+        return counts
+
+    def cpu(self) -> dict[str, float]:
+        procs = [p for p in (self.server, self.provider, self.manager_proc) if p is not None]
+        return {p.name: p.cpu() for p in procs}
+
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+"""
+
+
+@dataclass
+class KubeStage(Stage):
+    """The same stage on the real control plane (``--control-plane kube``): etcd,
+    kube-apiserver and kube-controller-manager from hack/kube-binaries.sh, the manager as its
+    ServiceAccount under config/rbac (as ``ome-sim run --control-plane kube --manager
+    process``). Requests are counted from kube-apiserver's audit log (level Metadata: verb,
+    resource, User-Agent), read on from where the last count stopped. The server's CPU is
+    kube-apiserver's and etcd's together. There is no ``/_sim/load``, so the cold start is
+    against the steady state's services as they are."""
+
+    plane: controlplane.ControlPlane | None = None
+    #: Within kube-controller-manager's node monitor grace period, or it marks every node
+    #: NotReady between renewals, and every service with it.
+    heartbeat: str = "10s"
+    _audit_offset: int = 0
+    _audited: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    def start(self) -> None:
+        missing = controlplane.missing_binaries(controlplane.binaries_dir())
+        if missing:
+            raise StageError(
+                f"{', '.join(missing)} not built in {controlplane.binaries_dir()}: run "
+                "hack/kube-binaries.sh (about 7 minutes on 2 cores) for --control-plane kube"
+            )
+        self.work.mkdir(parents=True, exist_ok=True)
+        policy = self.work / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        self.audit_log = self.work / "audit.log"
+        self.audit_log.write_text("")
+        self.plane = controlplane.ControlPlane(
+            log_dir=self.work / "control-plane",
+            progress=say,
+            extra_apiserver_flags=(
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
+            ),
+        )
+        self.plane.start()
+        self.kubeconfig = self.plane.write_kubeconfig(self.work / "kubeconfig")
+        self.rest = _admin_rest(self.kubeconfig)
+        self.webhooks = system.install(self.rest, Path("config"), GUIDE_CONFIG_JSON, say, rbac=True)
+        self.manager_kubeconfig = controlplane.write_kubeconfig(
+            self.work / "manager.kubeconfig",
+            self.plane.token_kubeconfig(
+                f"system:serviceaccount:{system.NAMESPACE}:{system.SERVICE_ACCOUNT}",
+                system.service_account_token(self.rest),
+                system.NAMESPACE,
+            ),
+        )
+        self._start_provider()
+        self.start_manager()
+
+    def start_manager(self) -> float:
+        started = time.monotonic()
+        self.restarts += 1
+        self.manager = system.start_manager(
+            self.manager_kubeconfig,
+            self.work / f"manager-{self.restarts}.log",
+            ["--webhook-host", "127.0.0.1"],
+        )
+        self.manager_proc = Proc("manager", self.manager.proc)
+        port = self.manager.wait_for_port("admission webhooks", 60)
+        probes = self.manager.wait_for_port("probes", 60)
+        system.wait_ready(self.manager, probes, 300, lambda m: None, threading.Event())
+        system.point_webhooks_at_url(self.rest, self.webhooks, port)
+        return time.monotonic() - started
+
+    def create_namespace(self, name: str) -> None:
+        """The namespace, and its ``default`` ServiceAccount (kube-controller-manager's),
+        without which no pod can be created in it."""
+        _create_ns(self.rest, name)
+        _until(
+            lambda: self.rest.get(system.SERVICE_ACCOUNTS, "default", name),
+            60,
+            f"the default ServiceAccount of namespace {name}",
+        )
+
+    def requests(self, agent: str = MANAGER) -> Counter[tuple[str, str]]:
+        with self.audit_log.open("rb") as f:
+            f.seek(self._audit_offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        self._audit_offset += end
+        for line in chunk[:end].splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            ref = event.get("objectRef") or {}
+            resource = str(ref.get("resource") or event.get("requestURI", "").split("?")[0])
+            if ref.get("subresource"):
+                resource += f"/{ref['subresource']}"
+            self._audited[(str(event.get("userAgent", "")), str(event.get("verb")), resource)] += 1
+        counts: Counter[tuple[str, str]] = Counter()
+        for (who, verb, resource), n in self._audited.items():
+            if who.startswith(agent):
+                counts[(verb, resource)] += n
+        return counts
+
+    def cpu(self) -> dict[str, float]:
+        assert self.plane is not None
+        by_name = {c.name: c for c in self.plane.components}
+        out = {
+            "apiserver": sum(
+                _cpu_of(by_name[n].proc.pid) for n in ("kube-apiserver", "etcd") if n in by_name
+            )
+        }
+        if "kube-controller-manager" in by_name:
+            out["controller-manager"] = _cpu_of(by_name["kube-controller-manager"].proc.pid)
+        for proc in (self.provider, self.manager_proc):
+            if proc is not None:
+                out[proc.name] = proc.cpu()
+        return out
+
+    def load(self, items: list[JSON]) -> None:
+        raise StageError("the real control plane has no /_sim/load")
+
+    def stop(self) -> None:
+        self.stop_manager()
+        if self.provider is not None:
+            self.provider.stop()
+        if self.plane is not None:
+            self.plane.stop()
+
+
+def _cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _admin_rest(kubeconfig: Path) -> Rest:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return Rest(client.ApiClient(cfg), user_agent=AGENT)
+
+
+class StageError(RuntimeError):
+    """The stage cannot be set up (binaries missing, a load the server cannot take)."""
+
+
+def _until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.05) -> Any:
+    """Poll ``check`` every ``every`` seconds (a metrics scrape is work for the manager: the
+    first pass's is polled every 0.5 s) until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = check()
+        except (ApiException, OSError):
+            found = None
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not there within {timeout:.0f}s")
+        time.sleep(every)
+
+
+# -- watching -------------------------------------------------------------------------------
+
+
+class Watcher:
+    """The bench's own view of services, Slices and pods, with the time each thing was first
+    seen: a Slice ready, a pod created, a service Ready. Shared by the informers' threads and
+    the bench's: every field is read and written under ``lock``."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.lock = threading.Lock()
+        self.slice_ready: dict[str, float] = {}  # Slice name -> first seen ready
+        self.slices: set[str] = set()  # OME's live Slices
+        self.pod_created: dict[str, tuple[float, str]] = {}  # pod key -> (seen, slice)
+        self.pods: set[str] = set()
+        self.ready: dict[str, float] = {}  # service key -> first seen Ready
+        self.services: set[str] = set()
+        self.replicas: set[str] = set()  # InferenceReplica keys
+        self.informers = [
+            Informer(rest, gke.SLICES, label_selector="ome.io/managed-by=OMENative"),
+            Informer(rest, PODS, label_selector="ome.io/managed-by=OMENative"),
+            Informer(rest, INFERENCE_SERVICES),
+            Informer(rest, INFERENCE_REPLICAS),
+        ]
+        handlers = (self._slice, self._pod, self._service, self._replica)
+        for informer, handle in zip(self.informers, handlers, strict=True):
+            informer.add_handler(
+                EventHandler(
+                    on_add=lambda o, h=handle: h(o, False),  # type: ignore[misc]
+                    on_update=lambda _, o, h=handle: h(o, False),  # type: ignore[misc]
+                    on_delete=lambda o, h=handle: h(o, True),  # type: ignore[misc]
+                )
+            )
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            informer.wait_for_sync(60)
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    @staticmethod
+    def _obj(obj: JSON | DeletedFinalStateUnknown) -> JSON:
+        return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+
+    def _slice(self, raw: JSON | DeletedFinalStateUnknown, gone: bool) -> None:
+        now = time.monotonic()
+        info = gke.parse(self._obj(raw))
+        with self.lock:
+            if gone:
+                self.slices.discard(info.name)
+                return
+            self.slices.add(info.name)
+            if info.ready(READY_STATES):
+                self.slice_ready.setdefault(f"{info.name}/{info.uid}", now)
+
+    def _pod(self, raw: JSON | DeletedFinalStateUnknown, gone: bool) -> None:
+        now = time.monotonic()
+        obj = self._obj(raw)
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
+        selector = (obj.get("spec") or {}).get("nodeSelector") or {}
+        with self.lock:
+            if gone:
+                self.pods.discard(key)
+                return
+            self.pods.add(key)
+            self.pod_created.setdefault(key, (now, str(selector.get(SLICE_LABEL, ""))))
+
+    def _service(self, raw: JSON | DeletedFinalStateUnknown, gone: bool) -> None:
+        now = time.monotonic()
+        obj = self._obj(raw)
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}/{meta.get('uid')}"
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        with self.lock:
+            if gone:
+                self.services.discard(key)
+                return
+            self.services.add(key)
+            if ready:
+                self.ready.setdefault(key, now)
+
+    def _replica(self, raw: JSON | DeletedFinalStateUnknown, gone: bool) -> None:
+        meta = self._obj(raw).get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        with self.lock:
+            (self.replicas.discard if gone else self.replicas.add)(key)
+
+    def reactions(self, since: float) -> list[float]:
+        """For each pod created since ``since`` on a Slice: how long after its Slice was
+        first seen ready it was first seen created."""
+        with self.lock:
+            ready_by_name: dict[str, float] = {}
+            for key, at in self.slice_ready.items():
+                name = key.rsplit("/", 1)[0]
+                ready_by_name[name] = max(ready_by_name.get(name, 0.0), at)
+            out = []
+            for seen, slice_name in self.pod_created.values():
+                ready = ready_by_name.get(slice_name)
+                if seen >= since and ready is not None and ready <= seen:
+                    out.append(seen - ready)
+            return out
+
+
+# -- the scenarios ---------------------------------------------------------------------------
+
+
+def service(name: str, namespace: str) -> JSON:
+    """The guide's InferenceService (``config/samples/qwen3-tpu-isvc.yaml``: one 4-chip
+    tpu7x 2x2x1 Instance, opted in), under another name and namespace."""
+    obj = json_copy(_guide_service())
+    obj["metadata"] = {"name": name, "namespace": namespace}
+    return obj
+
+
+@functools.cache
+def _guide_service() -> JSON:
+    """The sample, read once (from the repository's root, where the bench runs)."""
+    docs = system.read_manifests(Path(system.GUIDE_SAMPLE))
+    return next(d for d in docs if d.get("kind") == "InferenceService")
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def baseline(stage: Stage, samples: int = 40) -> float:
+    """The median round trip of a bare pod create (one that no scheduler takes), in s."""
+    ns, rest = "bench-baseline", stage.rest
+    stage.create_namespace(ns)
+    times = []
+    for i in range(samples):
+        pod = {
+            "metadata": {"name": f"bare-{i}"},
+            "spec": {
+                "nodeSelector": {"bench.ome.io/nowhere": "true"},
+                "containers": [{"name": "c", "image": "registry.example/bare:1"}],
+            },
+        }
+        started = time.perf_counter()
+        rest.create(PODS, pod, ns)
+        times.append(time.perf_counter() - started)
+    rest.delete(NAMESPACES, ns)
+    return statistics.median(times[samples // 4 :])  # the first ones warm connections up
+
+
+def _create_ns(rest: Rest, name: str) -> None:
+    try:
+        rest.create(NAMESPACES, {"metadata": {"name": name}})
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
+def _parallel(work: Callable[[str], object], names: Iterable[str]) -> None:
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(work, names))
+
+
+def _progress(what: str, count: Callable[[], int], total: int, timeout: float) -> float:
+    """Wait until ``count()`` reaches ``total``, saying how far it is every 5 s; returns the
+    seconds it took. Raises TimeoutError past ``timeout``."""
+    started = time.monotonic()
+    last = started
+    while True:
+        done = count()
+        now = time.monotonic()
+        if done >= total:
+            return now - started
+        if now - started > timeout:
+            raise TimeoutError(f"{what}: {done}/{total} after {timeout:.0f}s")
+        if now - last >= 5:
+            say(f"  {what}: {done}/{total} ({now - started:.0f}s)")
+            last = now
+        time.sleep(0.05)
+
+
+@dataclass
+class Burst:
+    """One burst's figures."""
+
+    services: int
+    create_s: float
+    delete_s: float
+    reaction_p50_s: float
+    reaction_p99_s: float
+    writes: dict[str, float]
+    writes_per_service: float
+    reads_per_service: float
+    reads: dict[str, float]
+    cpu_s: dict[str, float]
+    #: Requests other than watches during the burst: everyone's, and the provider's.
+    requests_total: int = 0
+    provider_requests: int = 0
+
+    def stage_cost(self) -> JSON:
+        """The stage's own cost, so that its limits are not taken for the manager's: the API
+        server's CPU per request served (watch streams' events included in the CPU), the
+        provider's per Slice and per request it made, and the manager's per service."""
+        cpu = self.cpu_s
+        return {
+            "apiserver_cpu_ms_per_request": 1000
+            * cpu.get("apiserver", 0.0)
+            / max(self.requests_total, 1),
+            "provider_cpu_ms_per_slice": 1000 * cpu.get("provider", 0.0) / self.services,
+            "provider_cpu_ms_per_request": 1000
+            * cpu.get("provider", 0.0)
+            / max(self.provider_requests, 1),
+            "manager_cpu_ms_per_service": 1000 * cpu.get("manager", 0.0) / self.services,
+        }
+
+    @property
+    def create_per_service_s(self) -> float:
+        return self.create_s / self.services
+
+    @property
+    def delete_per_service_s(self) -> float:
+        return self.delete_s / self.services
+
+
+def burst(stage: Stage, watcher: Watcher, n: int, namespace: str, timeout: float) -> Burst:
+    """``n`` services created at once until all are Ready, then deleted until no Slice and
+    no pod of them is left."""
+    say(f"burst of {n} services in namespace {namespace}")
+    stage.create_namespace(namespace)
+    before, cpu_before, everyone = stage.requests(), stage.cpu(), stage.requests("")
+    provider_before = stage.requests(PROVIDER)
+    names = [f"svc-{i:04d}" for i in range(n)]
+    started = time.monotonic()
+
+    def ready_here() -> int:
+        with watcher.lock:
+            return sum(
+                1
+                for key, at in watcher.ready.items()
+                if key.startswith(f"{namespace}/") and at >= started and key in watcher.services
+            )
+
+    _parallel(
+        lambda name: stage.rest.create(INFERENCE_SERVICES, service(name, namespace), namespace),
+        names,
+    )
+    create_s = _progress("Ready", ready_here, n, timeout)
+    reactions = watcher.reactions(started)
+    _parallel(lambda name: stage.rest.delete(INFERENCE_SERVICES, name, namespace), names)
+
+    def released() -> int:
+        mine = namespace + "/"
+        with watcher.lock:
+            left = len(watcher.slices)
+            left += sum(1 for p in watcher.pods if p.startswith(mine))
+            left += sum(1 for r in watcher.replicas if r.startswith(mine))
+        return 3 * n - min(left, 3 * n)
+
+    delete_s = _progress("gone (Slices, pods and replicas)", released, 3 * n, timeout)
+    after, cpu_after = stage.requests(), stage.cpu()
+    served = stage.requests("") - everyone
+    spent = after - before
+    writes: Counter[str] = Counter()
+    reads: Counter[str] = Counter()
+    for (verb, resource), count in spent.items():
+        if verb in WRITES:
+            writes[f"{verb} {resource}"] += count
+        elif verb in ("get", "list"):
+            reads[f"{verb} {resource}"] += count
+    return Burst(
+        services=n,
+        create_s=create_s,
+        delete_s=delete_s,
+        reaction_p50_s=percentile(reactions, 50),
+        reaction_p99_s=percentile(reactions, 99),
+        writes={k: v / n for k, v in sorted(writes.items())},
+        writes_per_service=sum(writes.values()) / n,
+        reads_per_service=sum(reads.values()) / n,
+        reads={k: v / n for k, v in sorted(reads.items())},
+        cpu_s={k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after},
+        requests_total=sum(c for (verb, _), c in served.items() if verb != "watch"),
+        provider_requests=sum(
+            c
+            for (verb, _), c in (stage.requests(PROVIDER) - provider_before).items()
+            if verb != "watch"
+        ),
+    )
+
+
+def ideal_total() -> int:
+    return sum(IDEAL.values())
+
+
+def by_resource(writes: dict[str, float]) -> dict[str, float]:
+    out: Counter[str] = Counter()
+    for key, count in writes.items():
+        out[key.split(" ", 1)[1]] += count  # type: ignore[assignment]
+    return dict(out)
+
+
+def steady(
+    stage: Stage, watcher: Watcher, n: int, namespace: str, seconds: float, timeout: float
+) -> JSON:
+    """``n`` services Ready and left alone for ``seconds``: the manager's writes and non-watch
+    reads per minute."""
+    say(f"steady state: {n} services Ready, then {seconds:.0f}s idle")
+    stage.create_namespace(namespace)
+    started = time.monotonic()
+    names = [f"idle-{i:04d}" for i in range(n)]
+    _parallel(
+        lambda name: stage.rest.create(INFERENCE_SERVICES, service(name, namespace), namespace),
+        names,
+    )
+
+    def ready_here() -> int:
+        with watcher.lock:
+            return sum(
+                1
+                for k, at in watcher.ready.items()
+                if k.startswith(f"{namespace}/") and at >= started
+            )
+
+    _progress("Ready", ready_here, n, timeout)
+    time.sleep(5)  # the last status writes of the burst settle
+    before = stage.requests()
+    time.sleep(seconds)
+    spent = stage.requests() - before
+    writes = sum(c for (verb, _), c in spent.items() if verb in WRITES)
+    reads = sum(c for (verb, _), c in spent.items() if verb in ("get", "list"))
+    detail = {f"{v} {r}": c for (v, r), c in sorted(spent.items()) if v != "watch"}
+    return {
+        "services": n,
+        "seconds": seconds,
+        "writes_per_minute": writes * 60 / seconds,
+        "reads_per_minute": reads * 60 / seconds,
+        "requests": detail,
+    }
+
+
+#: The steady state's converged namespace is copied this many times over for the cold start,
+#: and the cluster is filled with nodes and foreign pods up to these many per service (the
+#: issue's 5,000 services, 10,000 nodes and 20,000 pods, from the full run's 1,000).
+COLD_COPIES = 5
+COLD_NODES_PER_SERVICE = 2
+COLD_PODS_PER_SERVICE = 4
+#: The namespace of the foreign pods, on nodes of their own.
+WORKLOADS = "bench-workloads"
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_LOAD_CHUNK = 2000
+
+
+def _typed(listing: JSON, api_version: str) -> list[JSON]:
+    """A list's items with the apiVersion and kind a list leaves out."""
+    kind = str(listing.get("kind", "")).removesuffix("List")
+    return [{**item, "apiVersion": api_version, "kind": kind} for item in listing["items"]]
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with every string (and key) that is one of ``names``, or a token of a longer
+    string (a message, a path) that is one, replaced."""
+    if isinstance(value, dict):
+        return {names.get(k, k): _renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    if isinstance(value, str):
+        exact = names.get(value)
+        if exact is not None:
+            return exact
+        if " " in value or "/" in value or "," in value:
+            return _TOKEN.sub(lambda m: names.get(m.group(0), m.group(0)), value)
+    return value
+
+
+def converged_copy(source: list[JSON], namespace: str, copy: int) -> list[JSON]:
+    """The objects of one converged namespace (its services, replicas, revisions and pods,
+    their Slices and the Slices' nodes) as another namespace would hold them had the
+    manager converged there too: each uid new; each Slice renamed for its replica's new
+    uid (D2); each node renamed. Pure: the cold start's cluster, built in seconds rather
+    than through the manager, and checked by the manager's first pass writing nothing."""
+    old_ns = next(o["metadata"]["namespace"] for o in source if o["metadata"].get("namespace"))
+    names: dict[str, str] = {old_ns: namespace}
+    for obj in source:
+        uid = obj["metadata"].get("uid")
+        if uid:
+            names[uid] = str(uuid.UUID(int=random.getrandbits(128), version=4))
+    replicas = {
+        naming.owner_hash(old_ns, o["metadata"]["name"], o["metadata"]["uid"]): o["metadata"]
+        for o in source
+        if o["kind"] == "InferenceReplica"
+    }
+    for obj in source:
+        meta = obj["metadata"]
+        if obj["kind"] == "Slice":
+            old_hash = meta["name"][-8:]
+            replica = replicas.get(old_hash)
+            slot = (
+                naming.slot_of_name(meta["name"], replica["name"], old_hash)
+                if replica is not None
+                else None
+            )
+            if replica is None or slot is None:
+                raise ValueError(f"Slice {meta['name']} is of no replica in {old_ns}")
+            new_hash = naming.owner_hash(namespace, replica["name"], names[replica["uid"]])
+            names[old_hash] = new_hash
+            names[meta["name"]] = naming.slice_name(replica["name"], slot, new_hash)
+        elif obj["kind"] == "Node":
+            names[meta["name"]] = f"{meta['name']}-c{copy}"
+    out = []
+    for obj in source:
+        fresh = _renamed(obj, names)
+        fresh["metadata"].pop("resourceVersion", None)
+        out.append(fresh)
+    return out
+
+
+def _foreign_node(i: int) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": f"cpu-{i:05d}",
+            "labels": {"kubernetes.io/hostname": f"cpu-{i:05d}", "pool": "cpu"},
+        },
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def _foreign_pod(i: int, node: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"web-{i:05d}", "namespace": WORKLOADS, "labels": {"app": "web"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+def populate_cold(stage: Stage, namespace: str, services: int) -> JSON:
+    """Fill the cluster for the cold start: ``namespace``'s converged services copied until
+    there are ``services``, then foreign nodes and pods until there are
+    ``COLD_NODES_PER_SERVICE`` nodes and ``COLD_PODS_PER_SERVICE`` pods per service. The
+    provider is stopped first (the copies' nodes are none of its pools'), and the manager
+    too. Loaded through ``/_sim/load``: as they are, uids and status included."""
+    rest = stage.rest
+    stage.stop_manager()
+    if stage.provider is not None:
+        stage.provider.stop()
+        stage.provider = None
+    source: list[JSON] = []
+    for res in (INFERENCE_SERVICES, INFERENCE_REPLICAS, CONTROLLER_REVISIONS, PODS):
+        source += _typed(rest.list(res, namespace), res.api_version)
+    owners = {o["metadata"]["uid"] for o in source if o["kind"] == "InferenceReplica"}
+    slices = [
+        s
+        for s in _typed(rest.list(gke.SLICES), gke.SLICES.api_version)
+        if (s["metadata"].get("labels") or {}).get(naming.OWNER_UID_LABEL) in owners
+    ]
+    slice_names = {s["metadata"]["name"] for s in slices}
+    nodes = [
+        n
+        for n in _typed(rest.list(NODES), "v1")
+        if (n["metadata"].get("labels") or {}).get(SLICE_LABEL) in slice_names
+    ]
+    source += slices + nodes
+    per_copy = sum(1 for o in source if o["kind"] == "InferenceService")
+    copies = max(1, -(-services // max(per_copy, 1)))
+    say(
+        f"cold start: copying {namespace}'s {per_copy} converged services {copies - 1} times "
+        f"({len(source)} objects each)"
+    )
+    items: list[JSON] = []
+    for k in range(1, copies):
+        ns = f"bench-cold-{k}"
+        stage.create_namespace(ns)
+        items += converged_copy(source, ns, k)
+    total_services = per_copy * copies
+    node_count = len(rest.list(NODES)["items"]) + sum(1 for o in items if o["kind"] == "Node")
+    pod_count = len(rest.list(PODS)["items"]) + sum(1 for o in items if o["kind"] == "Pod")
+    extra_nodes = max(0, COLD_NODES_PER_SERVICE * total_services - node_count)
+    extra_pods = max(0, COLD_PODS_PER_SERVICE * total_services - pod_count)
+    stage.create_namespace(WORKLOADS)
+    items += [_foreign_node(i) for i in range(extra_nodes)]
+    cpu_nodes = [f"cpu-{i:05d}" for i in range(max(extra_nodes, 1))]
+    items += [_foreign_pod(i, cpu_nodes[i % len(cpu_nodes)]) for i in range(extra_pods)]
+    order = ("Node", "Slice", "InferenceService", "InferenceReplica", "ControllerRevision", "Pod")
+    items.sort(key=lambda o: order.index(o["kind"]))  # owners before what they own
+    stage.load(items)
+    return {
+        "services": total_services,
+        "nodes": node_count + extra_nodes,
+        "pods": pod_count + extra_pods,
+    }
+
+
+def cold_start(stage: Stage, cluster: JSON) -> JSON:
+    """A new manager against the converged ``cluster`` (``populate_cold``'s): until it is
+    ready (its caches synced), then until its first pass is done (every replica reconciled,
+    every queue empty), and what it wrote meanwhile (nothing, on a converged cluster)."""
+    n = cluster["services"]
+    say(
+        f"cold start: a new manager against {n} Ready services, {cluster['pods']} pods and "
+        f"{cluster['nodes']} nodes"
+    )
+    stage.stop_manager()
+    before = stage.requests()
+    started = time.monotonic()
+    synced = stage.start_manager()
+
+    def first_pass() -> bool:
+        text = stage.metrics()
+        done = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith('controller_runtime_reconcile_total{controller="inferencereplica"')
+        )
+        depth = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("workqueue_depth{")
+        )
+        return done >= n and depth == 0
+
+    _until(first_pass, 300, "the new manager's first pass", every=0.5)
+    first_pass_s = time.monotonic() - started
+    spent = stage.requests() - before
+    assert stage.manager_proc is not None
+    return {
+        **cluster,
+        "synced_s": synced,
+        "first_pass_s": first_pass_s,
+        "peak_rss_bytes": stage.manager_proc.memory("VmHWM"),
+        "writes": {f"{v} {r}": c for (v, r), c in sorted(spent.items()) if v in WRITES},
+        "reads": {f"{v} {r}": c for (v, r), c in sorted(spent.items()) if v in ("get", "list")},
+    }
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sizes of one run: bursts (the last one is burst again with the same names), the
+    steady state's services and how long it idles, and the step before the largest burst
+    that the cost per service is compared with."""
+
+    bursts: tuple[int, ...]
+    again: int
+    compare: tuple[int, int]
+    steady: int
+    idle_s: float
+    timeout_s: float
+
+
+FULL = Plan(
+    bursts=(1, 50, 500, 2000), again=500, compare=(50, 500), steady=1000, idle_s=60, timeout_s=900
+)
+QUICK = Plan(
+    bursts=(1, 20, 100), again=100, compare=(20, 100), steady=100, idle_s=60, timeout_s=300
+)
+
+
+def goals(result: JSON, plan: Plan) -> list[JSON]:
+    """Each goal of the README with the measured figure and whether it is met."""
+    small, large = (result["bursts"][str(n)] for n in plan.compare)
+    base = result["baseline_create_s"]
+    out = [
+        {
+            "goal": f"reaction p99 at {large['services']} services <= 3x a bare create",
+            "measured": large["reaction_p99_s"] / base,
+            "limit": 3.0,
+        },
+        {
+            "goal": f"create cost per service at {large['services']} <= 1.5x at "
+            f"{small['services']}",
+            "measured": large["create_per_service_s"] / small["create_per_service_s"],
+            "limit": 1.5,
+        },
+        {
+            "goal": f"delete cost per service at {large['services']} <= 1.5x at "
+            f"{small['services']}",
+            "measured": large["delete_per_service_s"] / small["delete_per_service_s"],
+            "limit": 1.5,
+        },
+    ]
+    for n, b in result["bursts"].items():
+        out.append(
+            {
+                "goal": f"writes per lifecycle at {n} services <= {WRITES_GOAL}x ideal",
+                "measured": b["writes_per_service"] / ideal_total(),
+                "limit": WRITES_GOAL,
+            }
+        )
+    again = result["again"]
+    out.append(
+        {
+            "goal": f"writes per lifecycle, same names again ({again['services']}) <= "
+            f"{WRITES_GOAL}x ideal",
+            "measured": again["writes_per_service"] / ideal_total(),
+            "limit": WRITES_GOAL,
+        }
+    )
+    st = result["steady"]
+    out += [
+        {
+            "goal": f"steady writes per minute ({st['services']} Ready) = 0",
+            "measured": st["writes_per_minute"],
+            "limit": 0.0,
+        },
+        {
+            "goal": f"steady non-watch reads per minute ({st['services']} Ready) <= 1",
+            "measured": st["reads_per_minute"],
+            "limit": 1.0,
+        },
+        {
+            "goal": f"cold start ({result['cold']['services']} services) first pass <= 30 s",
+            "measured": result["cold"]["first_pass_s"],
+            "limit": 30.0,
+        },
+        {
+            "goal": f"cold start ({result['cold']['services']} services) writes = 0",
+            "measured": float(sum(result["cold"]["writes"].values())),
+            "limit": 0.0,
+        },
+        {
+            "goal": "cold start peak RSS <= 512 MiB",
+            "measured": result["cold"]["peak_rss_bytes"] / 2**20,
+            "limit": 512.0,
+        },
+    ]
+    for g in out:
+        g["met"] = g["measured"] <= g["limit"]
+    return out
+
+
+def storms(result: JSON) -> list[str]:
+    """The bursts that wrote more than ``STORM`` times the ideal per service lifecycle."""
+    out = []
+    for name, b in [*result["bursts"].items(), ("again", result["again"])]:
+        if b["writes_per_service"] > STORM * ideal_total():
+            out.append(
+                f"write storm in burst {name}: {b['writes_per_service']:.1f} writes per "
+                f"service, more than {STORM:g}x the ideal {ideal_total()}"
+            )
+    return out
+
+
+def _burst_json(b: Burst) -> JSON:
+    return {
+        "services": b.services,
+        "create_s": b.create_s,
+        "delete_s": b.delete_s,
+        "create_per_service_s": b.create_per_service_s,
+        "delete_per_service_s": b.delete_per_service_s,
+        "reaction_p50_s": b.reaction_p50_s,
+        "reaction_p99_s": b.reaction_p99_s,
+        "writes_per_service": b.writes_per_service,
+        "writes": b.writes,
+        "writes_by_resource": by_resource(b.writes),
+        "reads_per_service": b.reads_per_service,
+        "reads": b.reads,
+        "cpu_s": b.cpu_s,
+        "requests_total": b.requests_total,
+        "provider_requests": b.provider_requests,
+        "stage_cost": b.stage_cost(),
+    }
+
+
+def summary(result: JSON) -> str:
+    base = result["baseline_create_s"]
+    lines = [
+        f"bare pod create round trip: {base * 1000:.1f} ms; ideal writes per lifecycle: "
+        f"{ideal_total()} ({', '.join(f'{k} {v}' for k, v in IDEAL.items())})",
+        "",
+        f"{'services':>8} {'all Ready':>10} {'per svc':>8} {'released':>9} {'per svc':>8} "
+        f"{'reaction p50':>13} {'p99':>8} {'writes/svc':>10} {'x ideal':>7} "
+        f"{'cpu s: server':>14} {'provider':>8} {'manager':>8}",
+    ]
+    rows = [*result["bursts"].values(), {**result["again"], "label": "again"}]
+    for b in rows:
+        label = f"{b['services']}" + (" again" if b.get("label") else "")
+        cpu = b["cpu_s"]
+        lines.append(
+            f"{label:>8} {b['create_s']:>9.1f}s {b['create_per_service_s'] * 1000:>6.0f}ms "
+            f"{b['delete_s']:>8.1f}s {b['delete_per_service_s'] * 1000:>6.0f}ms "
+            f"{b['reaction_p50_s'] / base:>12.1f}x {b['reaction_p99_s'] / base:>7.1f}x "
+            f"{b['writes_per_service']:>10.1f} {b['writes_per_service'] / ideal_total():>6.2f}x "
+            f"{cpu.get('apiserver', 0):>14.1f} {cpu.get('provider', 0):>8.1f} "
+            f"{cpu.get('manager', 0):>8.1f}"
+        )
+    lines += [
+        "",
+        "the stage's own cost (CPU ms):",
+        f"{'services':>8} {'server/request':>15} {'provider/Slice':>15} "
+        f"{'provider/request':>17} {'manager/service':>16}",
+    ]
+    for b in rows:
+        label = f"{b['services']}" + (" again" if b.get("label") else "")
+        cost = b["stage_cost"]
+        lines.append(
+            f"{label:>8} {cost['apiserver_cpu_ms_per_request']:>15.2f} "
+            f"{cost['provider_cpu_ms_per_slice']:>15.1f} "
+            f"{cost['provider_cpu_ms_per_request']:>17.2f} "
+            f"{cost['manager_cpu_ms_per_service']:>16.1f}"
+        )
+    st, cold = result["steady"], result["cold"]
+    lines += [
+        "",
+        f"steady state, {st['services']} Ready services: {st['writes_per_minute']:.1f} writes "
+        f"and {st['reads_per_minute']:.1f} non-watch reads per minute",
+        f"cold start, {cold['services']} services, {cold['pods']} pods, {cold['nodes']} nodes: "
+        f"{sum(cold['writes'].values())} writes; synced in {cold['synced_s']:.1f}s, first "
+        f"pass done in {cold['first_pass_s']:.1f}s, peak RSS "
+        f"{cold['peak_rss_bytes'] / 2**20:.0f} MiB",
+        "",
+        "goals:",
+    ]
+    for g in result["goals"]:
+        lines.append(
+            f"  {'met   ' if g['met'] else 'MISSED'} {g['goal']}: {g['measured']:.2f} "
+            f"(limit {g['limit']:g})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(
+    quick: bool, out_dir: Path, bursts: tuple[int, ...] = (), control_plane: str = "embedded"
+) -> int:
+    """Run the plan (``QUICK`` or ``FULL``; ``bursts`` replaces its burst sizes, the last two
+    compared and the largest burst again) and report; 1 when a scenario failed."""
+    plan = QUICK if quick else FULL
+    if bursts:
+        plan = dataclasses.replace(
+            plan,
+            bursts=bursts,
+            again=max(bursts),
+            compare=(sorted(bursts)[-2] if len(bursts) > 1 else bursts[0], max(bursts)),
+        )
+    work = out_dir / "stage"
+    hosts = max(*plan.bursts, plan.steady)
+    kube = control_plane == "kube"
+    stage = (KubeStage if kube else Stage)(work, hosts, activation_delay=2.0)
+    result: JSON = {
+        "started": datetime.now(UTC).isoformat(),
+        "quick": quick,
+        "control_plane": control_plane,
+        "plan": plan.__dict__,
+        "ideal_writes": IDEAL,
+    }
+    failures: list[str] = []
+    watcher: Watcher | None = None
+    try:
+        stage.start()
+        watcher = Watcher(stage.rest)
+        watcher.start()
+        result["baseline_create_s"] = baseline(stage)
+        say(f"bare pod create round trip: {result['baseline_create_s'] * 1000:.1f} ms")
+        if kube:  # kube-controller-manager's garbage collector syncs its graph on first use
+            say("warming up: one service created and deleted, not counted")
+            burst(stage, watcher, 1, "bench-warmup", plan.timeout_s)
+        result["bursts"] = {}
+        for n in plan.bursts:
+            b = burst(stage, watcher, n, f"bench-{n}", plan.timeout_s)
+            result["bursts"][str(n)] = _burst_json(b)
+            say(
+                f"  {n}: Ready in {b.create_s:.1f}s, gone in {b.delete_s:.1f}s, "
+                f"{b.writes_per_service:.1f} writes per service"
+            )
+            if n == plan.again:  # the same names again, at once, in the same manager
+                again = burst(stage, watcher, n, f"bench-{n}", plan.timeout_s)
+                result["again"] = _burst_json(again)
+        result["steady"] = steady(
+            stage, watcher, plan.steady, "bench-steady", plan.idle_s, plan.timeout_s
+        )
+        watcher.stop()  # the cold start needs no watching, and loads tens of thousands
+        watcher = None
+        if kube:  # no /_sim/load: the steady state's services as they are
+            cluster = {
+                "services": plan.steady,
+                "pods": len(stage.rest.list(PODS)["items"]),
+                "nodes": len(stage.rest.list(NODES)["items"]),
+            }
+        else:
+            cluster = populate_cold(stage, "bench-steady", COLD_COPIES * plan.steady)
+        result["cold"] = cold_start(stage, cluster)
+        result["goals"] = goals(result, plan)
+        failures += storms(result)
+    except (TimeoutError, StageError, controlplane.ControlPlaneError) as e:
+        failures.append(str(e))
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        stage.stop()
+    result["failures"] = failures
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    if "goals" in result:
+        print(summary(result), end="")
+    for failure in failures:
+        say(f"FAILED: {failure}")
+    say(f"wrote {path}")
+    return 1 if failures else 0

@@ -1,0 +1,79 @@
+"""Not product code: the manager with one protection turned off, to show that the soak's
+checkers catch its absence (``python -m ome_sim.soak.sabotage <manager flags>``, with
+``OME_SIM_SABOTAGE`` naming the protection). The product has no switch for any of them:
+this module patches the running manager, before it starts, from outside.
+
+- ``uid-precondition``: pods are deleted without their UID precondition;
+- ``lease-check``: writes are no longer fenced on holding the lease;
+- ``slice-gate``: pods are created without waiting for their Slice to be ready.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from ome.controllers.inferencereplica import controller as replica_controller
+from ome.entrypoints import manager as entrypoint
+from ome.kube import JSON
+from ome.runtime import client as runtime_client
+from ome.runtime import manager as runtime_manager
+from ome.runtime.rest import PODS
+
+PROTECTIONS = ("uid-precondition", "lease-check", "slice-gate")
+
+
+def _no_uid_precondition() -> None:
+    original = runtime_client.Client.delete
+
+    def delete(self: runtime_client.Client, res: Any, *args: Any, **kwargs: Any) -> Any:
+        if res == PODS:
+            kwargs.pop("uid", None)
+        return original(self, res, *args, **kwargs)
+
+    runtime_client.Client.delete = delete  # type: ignore[method-assign]
+
+
+def _no_lease_check() -> None:
+    runtime_manager.Manager._may_write = lambda self: True  # type: ignore[method-assign]
+
+
+def _no_slice_gate() -> None:
+    original = replica_controller.InferenceReplicaReconciler._gate
+
+    def gate(
+        self: replica_controller.InferenceReplicaReconciler,
+        replica: JSON,
+        pending: Mapping[int, list[JSON]],
+    ) -> replica_controller.Gated:
+        answer = original(self, replica, pending)
+        return replica_controller.Gated({}, answer.node_selectors, answer.failed)
+
+    replica_controller.InferenceReplicaReconciler._gate = gate  # type: ignore[method-assign]
+
+
+SABOTAGE = {
+    "uid-precondition": _no_uid_precondition,
+    "lease-check": _no_lease_check,
+    "slice-gate": _no_slice_gate,
+}
+
+
+def main() -> int:
+    what = os.environ.get("OME_SIM_SABOTAGE", "")
+    if what not in SABOTAGE:
+        print(
+            f"ome_sim.soak.sabotage: OME_SIM_SABOTAGE must be one of {', '.join(PROTECTIONS)}, "
+            f"not {what!r}",
+            file=sys.stderr,
+        )
+        return 2
+    SABOTAGE[what]()
+    print(f"ome_sim.soak.sabotage: the manager runs without its {what}", file=sys.stderr)
+    return entrypoint.main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,0 @@
-"""Fixtures of the simulator suite: the HTTPS webhook server shared by the admission tests."""
-
-from test.sim.test_admission import ca, server, server_module
-
-__all__ = ["ca", "server", "server_module"]
