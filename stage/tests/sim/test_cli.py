@@ -21,7 +21,7 @@ from test.helpers import eventually
 import ome
 from ome_sim.system import CrashLoopBackoff, describe_exit
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _ome_sim() -> list[str]:
@@ -184,7 +184,7 @@ def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
 ) -> None:
     """``ome-sim run`` (``make run``): the printed lines, a second start while the first runs,
     and Ctrl-C stopping the manager child and freeing every port."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
 
     def start(name: str) -> tuple[subprocess.Popen[str], list[str]]:
         proc = subprocess.Popen(
@@ -235,7 +235,7 @@ def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
 
 def test_a_killed_run_takes_its_manager_with_it(tmp_path: Path) -> None:
     """Even ``kill -9`` of ``ome-sim run`` leaves no manager process behind (Linux)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.Popen(
         [
             *_ome_sim(),

@@ -18,7 +18,7 @@ from ome.api import crdgen, v1beta1
 
 pytestmark = pytest.mark.kubectl
 
-CONFIG = Path(__file__).resolve().parents[2] / "config" / "crd"
+CONFIG = Path(__file__).resolve().parents[3] / "config" / "crd"
 
 JSON = dict[str, Any]
 

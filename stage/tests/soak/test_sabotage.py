@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def soak(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ome_sim import controlplane
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "hack" / "kube-binaries.sh"
 
 
