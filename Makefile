@@ -14,7 +14,13 @@ UV := $(shell hack/uv.sh --path)
 # uv itself comes pinned from PyPI (hack/uv.sh). Quick when nothing changed.
 setup:
 	@hack/uv.sh >/dev/null
-	@$(UV) sync --locked --quiet --python $(PYTHON)
+	@log="$$(mktemp)"; \
+	if ! $(UV) sync --locked --no-progress --python $(PYTHON) 2>"$$log"; then \
+	  grep -v '^Resolved' "$$log" >&2; rm -f "$$log"; \
+	  echo "make setup: uv sync failed (above); when uv.lock does not match a" \
+	       "pyproject.toml, make lock mends it" >&2; \
+	  exit 1; \
+	fi; rm -f "$$log"
 
 # Refresh uv.lock after a change to a pyproject.toml, and the image's hashed requirements
 # that are exported from it (requirements/); `make lint` fails when they are out of date.
