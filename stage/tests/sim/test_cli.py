@@ -217,7 +217,7 @@ def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
         assert "the guide's Step 2 InferenceService: config/samples/qwen3-tpu-isvc.yaml" in lines
         assert "next: kubectl apply -f config/samples/qwen3-tpu-isvc.yaml" in lines
-        assert any("waiting for the manager to be ready" in line for line in lines), lines
+        assert "  waiting for the manager to bind its ports" in lines, lines
         assert any(line.startswith("press Ctrl-C") for line in again_lines), again_lines
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         children = subprocess.run(
