@@ -1,7 +1,8 @@
 # The two commands a newcomer needs are `make run` and `make test`; both set themselves up.
 SHELL := /bin/bash
-# The Python `make setup` builds .venv on (uv finds it on PATH): PYTHON=3.13 for another.
-PYTHON ?= 3.11
+# The Python `make setup` builds .venv on: by default the first Python 3.11 or later on the
+# PATH (python3 here); PYTHON=3.13 (or a path) asks for another, found by hack/find-python.sh.
+PYTHON ?=
 VENV := .venv
 BIN := $(VENV)/bin
 UV := $(shell hack/uv.sh --path)
@@ -16,8 +17,9 @@ export UV_PYTHON_DOWNLOADS := never
 # uv itself comes pinned from PyPI (hack/uv.sh). Quick when nothing changed.
 setup:
 	@hack/uv.sh >/dev/null
-	@log="$$(mktemp)"; \
-	if ! $(UV) sync --locked --no-progress --python $(PYTHON) 2>"$$log"; then \
+	@$(if $(PYTHON),python="$$(hack/find-python.sh $(PYTHON))" || exit 1;) \
+	log="$$(mktemp)"; \
+	if ! $(UV) sync --locked --no-progress $(if $(PYTHON),--python "$$python") 2>"$$log"; then \
 	  grep -v '^Resolved' "$$log" >&2; rm -f "$$log"; \
 	  echo "make setup: uv sync failed (above); when uv.lock does not match a" \
 	       "pyproject.toml, make lock mends it" >&2; \

@@ -5,8 +5,8 @@
 #   hack/pythons.sh                 every Python 3.11 and later this machine has
 #   hack/pythons.sh 3.12 3.13       these, failing when one is missing
 #
-# An interpreter is found as `pythonX.Y` on the PATH (when it runs), else in pyenv's versions
-# directory ($PYENV_ROOT, default ~/.pyenv). uv never downloads one (UV_PYTHON_DOWNLOADS=never):
+# hack/find-python.sh finds each interpreter: `pythonX.Y` on the PATH (when it runs), else in
+# pyenv's versions directory ($PYENV_ROOT, default ~/.pyenv). uv never downloads one (UV_PYTHON_DOWNLOADS=never):
 # the machines this project runs on reach PyPI, not python-build-standalone's releases.
 # Extra pytest arguments: PYTEST_ARGS.
 set -euo pipefail
@@ -20,17 +20,7 @@ UV="$(hack/uv.sh)"
 export UV_PYTHON_DOWNLOADS=never
 
 find_python() {  # <X.Y>: print the path of a working interpreter, or nothing
-  local v="$1" candidate
-  if candidate="$(command -v "python$v")" && "$candidate" --version >/dev/null 2>&1; then
-    echo "$candidate"
-    return
-  fi
-  for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python"$v"; do
-    if [[ -x "$candidate" ]] && "$candidate" --version >/dev/null 2>&1; then
-      echo "$candidate"
-      return
-    fi
-  done
+  hack/find-python.sh "$1" 2>/dev/null || true
 }
 
 if [[ $# -gt 0 ]]; then
