@@ -45,7 +45,6 @@ NO_CRD_LOG = (
     'provision TPU slices"'
 )
 RESTART = "kubectl rollout restart deployment ome-controller-manager -n ome"
-GUIDE = Path(__file__).resolve().parents[3] / "shared" / "spec" / "tpu-slice-provisioning.md"
 SLICE_CRD = ROOT / "test" / "e2e" / "crds" / "slices.accelerator.gke.io.yaml"
 
 
@@ -132,15 +131,6 @@ def test_the_readme_shows_these_commands() -> None:
     )
     for command in (shown, ROLLOUT, ENTRY, RESTART):
         assert command in readme, command
-
-
-def test_the_commands_are_the_guides() -> None:
-    """Against the guide itself, which lives outside the repository (../shared/spec)."""
-    if not GUIDE.is_file():
-        pytest.skip(f"{GUIDE} is not on this machine")
-    text = GUIDE.read_text()
-    for command in (GUIDE_UPGRADE, ROLLOUT, ENTRY.replace("'", ""), RESTART):
-        assert command.replace("'", "") in text.replace("'", ""), command
 
 
 def test_step_1_rolls_out_and_the_entry_is_the_guides_json(guide: Guide) -> None:
