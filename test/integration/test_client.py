@@ -10,7 +10,7 @@ from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from ome.runtime.client import Client, RetryPolicy, describe_error
+from ome.runtime.client import Client, NotLeadingError, RetryPolicy, describe_error
 from ome.runtime.rest import CONFIGMAPS, Rest
 from ome_sim.apiserver.faults import Fault
 from test.cluster import Cluster
@@ -84,3 +84,40 @@ def test_a_transport_failure_is_described_by_its_cause_in_one_short_line() -> No
     wrapped = MaxRetryError(None, "/api/v1/pods?watch=true&resourceVersion=61", dropped)
     assert describe_error(wrapped) == describe_error(dropped)
     assert describe_error(wrapped).startswith("ProtocolError: ('Connection aborted.'")
+
+
+@pytest.mark.parametrize("verb", ["create", "replace", "patch", "delete"])
+def test_a_lease_lost_while_a_write_is_prepared_sends_nothing(cluster: Cluster, verb: str) -> None:
+    """The fence is asked again once the request is built, just before it is sent: a leader
+    paused (or starved) while serializing a body, past its lease, must not send it when it
+    resumes. Here the lease goes while the client serializes the request."""
+    rest = Rest(cluster.api)
+    rest.create(CONFIGMAPS, configmap("a"), "default")
+    leading = {"now": True}
+    client = Client(rest, RetryPolicy(initial=0.05, cap=0.2), may_write=lambda: leading["now"])
+    serialize = rest.api_client.param_serialize
+
+    def lose_the_lease_while_serializing(*args: object, **kwargs: object) -> object:
+        built = serialize(*args, **kwargs)
+        leading["now"] = False
+        return built
+
+    before = cluster.server.accounting.total({"replace": "update"}.get(verb, verb), "configmaps")
+    current = rest.get(CONFIGMAPS, "a", "default")
+    rest.api_client.param_serialize = lose_the_lease_while_serializing  # type: ignore[method-assign]
+    with pytest.raises(NotLeadingError):
+        if verb == "create":
+            client.create(CONFIGMAPS, configmap("b"), "default")
+        elif verb == "replace":
+            client.replace(CONFIGMAPS, current, "default")
+        elif verb == "patch":
+            client.patch(CONFIGMAPS, "a", {"data": {"k": "v"}}, "default")
+        else:
+            client.delete(CONFIGMAPS, "a", "default")
+    rest.api_client.param_serialize = serialize  # type: ignore[method-assign]
+    after = cluster.server.accounting.total({"replace": "update"}.get(verb, verb), "configmaps")
+    assert after == before, f"the {verb} reached the server after the lease was lost"
+    assert (
+        rest.get(CONFIGMAPS, "a", "default")["metadata"]["resourceVersion"]
+        == (current["metadata"]["resourceVersion"])
+    )

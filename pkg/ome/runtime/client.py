@@ -29,7 +29,7 @@ from urllib3.exceptions import HTTPError, MaxRetryError
 
 from ome.kube import JSON, Resource
 
-from .rest import MERGE_PATCH, Rest, status_of
+from .rest import MERGE_PATCH, Rest, send_guard, status_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -122,9 +122,12 @@ class Client:
     server, never a cache: use them to confirm before anything destructive.
 
     ``may_write``, when given, is asked before every attempt of every write (create, update,
-    patch, delete), retries included: False refuses it with ``NotLeadingError`` before anything
-    is sent. A leader's client is fenced so: a process that lost its lease (paused past it,
-    or unable to renew it) writes nothing more, whatever its workers were doing."""
+    patch, delete), retries included, and again once the request is built, just before it is
+    sent: False refuses it with ``NotLeadingError`` before anything is sent. A leader's client
+    is fenced so: a process that lost its lease (paused past it, or unable to renew it) writes
+    nothing more, whatever its workers were doing. What is left is the send itself: a process
+    stopped between that last check and the socket's write sends once it resumes, which no
+    client can rule out (Kubernetes has no fencing tokens)."""
 
     def __init__(
         self,
@@ -142,10 +145,14 @@ class Client:
         if may_write is None:
             return fn
 
-        def write() -> T:
+        def check() -> None:
             if not may_write():
                 raise NotLeadingError("not written: this process does not hold the leader lease")
-            return fn()
+
+        def write() -> T:
+            check()
+            with send_guard(check):
+                return fn()
 
         return write
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from kubernetes.client import ApiClient
@@ -37,6 +38,23 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", names
 VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", namespaced=False
 )
+
+
+#: Asked by ``Rest.request`` once a request is built, just before it is sent; it raises to
+#: stop the request. Set for a call with ``send_guard``. A context variable, so each worker
+#: thread has its own and a guard never reaches another thread's requests.
+_SEND_GUARD: ContextVar[Callable[[], None] | None] = ContextVar("ome_send_guard", default=None)
+
+
+@contextlib.contextmanager
+def send_guard(check: Callable[[], None]) -> Iterator[None]:
+    """Within the block, every request of this thread asks ``check`` just before it is sent,
+    after its body was serialized (which may take long enough for a lease to run out)."""
+    token = _SEND_GUARD.set(check)
+    try:
+        yield
+    finally:
+        _SEND_GUARD.reset(token)
 
 
 class Rest:
@@ -84,6 +102,9 @@ class Rest:
             body=body,
             auth_settings=["BearerToken"],
         )
+        guard = _SEND_GUARD.get()
+        if guard is not None:
+            guard()
         response = self.api_client.call_api(
             method_,
             url,
