@@ -7,8 +7,10 @@ provider simulator, ``ome-sim``) is the separate distribution ``ome-sim`` (packa
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
+import sys
 from importlib import metadata as _metadata
 from pathlib import Path
 
@@ -60,3 +62,18 @@ def version_line(program: str) -> str:
     """What ``--version`` prints: ``<program> <version>``, and ``(commit <c>)`` when known."""
     commit = source_commit()
     return f"{program} {__version__}" + (f" (commit {commit})" if commit else "")
+
+
+class VersionAction(argparse.Action):
+    """``--version`` that asks git for the commit only when it is given (argparse's own
+    ``version`` action takes a string built up front, which would run git on every start)."""
+
+    def __init__(self, option_strings: list[str], dest: str, program: str = "", **kwargs: object):
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print the version"
+        )
+        self.program = program
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(version_line(self.program or parser.prog) + "\n")
+        parser.exit()

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from ome import user_agent, version_line
+from ome import VersionAction, user_agent, version_line
 from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
@@ -89,7 +89,7 @@ def build_parser() -> Parser:
         prog=PROG,
         description="Read OMENative Instances and the TPU slices OME provisions for them.",
     )
-    parser.add_argument("--version", action="version", version=version_line("kubectl-ome"))
+    parser.add_argument("--version", action=VersionAction, program="kubectl-ome")
     _connection_flags(parser, top=True)
     parser.add_argument(
         "-A",

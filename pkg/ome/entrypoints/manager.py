@@ -16,7 +16,7 @@ from types import FrameType
 
 from kubernetes import client, config
 
-from ome import __version__, source_commit, user_agent, version_line
+from ome import VersionAction, __version__, source_commit, user_agent
 from ome.controllers.setup import StartupError
 from ome.controllers.setup import setup as setup_controllers
 from ome.durations import parse_go_duration
@@ -32,9 +32,7 @@ log = logging.getLogger("ome.manager")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ome-manager", description="The OME controller manager.")
-    parser.add_argument(
-        "--version", action="version", version=version_line("ome-manager"), help="print it"
-    )
+    parser.add_argument("--version", action=VersionAction, program="ome-manager")
     parser.add_argument(
         "--kubeconfig",
         default=os.environ.get("KUBECONFIG"),

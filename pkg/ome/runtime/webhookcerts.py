@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import os
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -118,7 +119,7 @@ def _describe(error: BaseException) -> str:
 # --- a mounted Secret -----------------------------------------------------------------------
 
 
-class _Background:
+class _Background(ABC):
     """The thread a certificate source keeps its pair fresh in: started once, stopped by
     setting ``_stop`` (which ``_run`` waits on between checks); ``_wake`` (set by ``stop``
     too) cuts a wait short."""
@@ -136,8 +137,9 @@ class _Background:
         self._wake.clear()
         return self._stop.is_set()
 
+    @abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The thread's loop: a subclass watches or rotates until ``_pause`` says stopped."""
 
     def _start_thread(self) -> None:
         if self._thread is not None:
