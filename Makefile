@@ -10,7 +10,7 @@ UV := $(shell hack/uv.sh --path)
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: setup lock version test pythons lint run stress long bench soak soak-check e2e-kube \
-	kube-binaries crds clean
+	kube-binaries crds clean image image-test kind-e2e
 
 # The product and the stage, editable, with the test tools, exactly as uv.lock has them
 # (--locked: it fails when pyproject.toml and the lock disagree; `make lock` mends that).
@@ -58,6 +58,17 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest
+
+# The manager's image from the Dockerfile, tagged as the chart names it, with Docker, or else
+# podman and runc (installed when missing); its base is python:3.11-slim-bookworm where a
+# registry is reachable, else one built from Debian's packages (hack/image.sh says which).
+image:
+	hack/image.sh
+
+# The image run as the chart runs it: uid 65532, read-only root, no compiler or pip,
+# --version, check-config, and its cold start to /readyz against a cluster.
+image-test: setup image
+	$(BIN)/python -m pytest test/image
 
 # The suite of `make test` (without lint) on every Python 3.11+ this machine has, each in its
 # own environment from the same lock (.venv-<version>); about 9 minutes each.
