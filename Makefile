@@ -65,6 +65,11 @@ test: setup lint
 image:
 	hack/image.sh
 
+# The e2e suite on a kind cluster (a laptop with Docker, or podman with
+# KIND_EXPERIMENTAL_PROVIDER=podman); hack/kind-e2e.sh says what it does.
+kind-e2e: setup
+	hack/kind-e2e.sh
+
 # The image run as the chart runs it: uid 65532, read-only root, no compiler or pip,
 # --version, check-config, and its cold start to /readyz against a cluster.
 image-test: setup image

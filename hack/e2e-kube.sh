@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # make e2e-kube: the black-box suite (test/e2e, the README walkthrough included) against a
 # real control plane: etcd, kube-apiserver and kube-controller-manager built from their Go
-# modules (hack/kube-binaries.sh), with the simulated GKE provider and ome-manager running
-# as its ServiceAccount under config/rbac.
+# modules (hack/kube-binaries.sh), with the simulated GKE provider (TPU nodes), and a real
+# node (containerd, runc, CNI, the kubelet and kube-proxy: hack/node-binaries.sh) running
+# the manager's Deployment from the image `make image` built, as its ServiceAccount under
+# config/rbac.
 #
-# 1. Builds the binaries if they are not in the machine-wide cache (once; about 7 minutes
-#    on two cores). Without Go it says why it cannot run and exits 0.
-# 2. Starts `ome-sim run --control-plane kube` on free ports, with its kubeconfig and logs in
-#    a temporary directory, and waits until OME is up.
+# 1. Builds the control plane and node binaries if they are not in the machine-wide cache
+#    (once; about 7 and 2 minutes on two cores), and the image (hack/image.sh; its layers
+#    are cached). Without Go it says why it cannot run and exits 0.
+# 2. Starts `ome-sim run --control-plane kube --node real` on free ports, with its
+#    kubeconfig and logs in a temporary directory, and waits until OME is up.
+#    E2E_NODE=simulated runs the manager's pod on the provider's kubelet stand-in instead
+#    (as a process; for a machine where a real node cannot run: no root, no containers).
 # 3. Runs pytest test/e2e with OME_E2E_KUBECONFIG (and OME_E2E_METRICS_URL) pointing at it.
 #    OME_E2E_CONTROL_PLANE=kube makes the tests that need a slower simulator start a second
 #    such system of their own rather than skip.
@@ -29,6 +34,17 @@ if ((status == 3)); then
 elif ((status != 0)); then
   echo "e2e-kube: building the control plane binaries failed (exit code $status)" >&2
   exit "$status"
+fi
+
+NODE="${E2E_NODE:-real}"
+if [[ "$NODE" == real ]]; then
+  node_status=0
+  hack/node-binaries.sh >/dev/null || node_status=$?
+  if ((node_status != 0)); then
+    echo "e2e-kube: building the node binaries failed (exit code $node_status); E2E_NODE=simulated runs without a real node" >&2
+    exit "$node_status"
+  fi
+  hack/image.sh >/dev/null
 fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-e2e-kube.XXXXXX")"
@@ -57,9 +73,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 started=$SECONDS
-echo "e2e-kube: starting ome-sim run --control-plane kube (its output: $OUT)"
-"$BIN/ome-sim" run --control-plane kube --kubeconfig "$WORK/kubeconfig" --config-dir config \
-  --activation-delay 1s >"$OUT" 2>&1 &
+echo "e2e-kube: starting ome-sim run --control-plane kube --node $NODE (its output: $OUT)"
+"$BIN/ome-sim" run --control-plane kube --node "$NODE" --kubeconfig "$WORK/kubeconfig" \
+  --config-dir config --activation-delay 1s >"$OUT" 2>&1 &
 SIM_PID=$!
 
 # Until OME is up (the line ome-sim prints last), ome-sim exits, or 5 minutes pass.

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The e2e suite on a kind cluster, for a laptop with Docker (CI machines here have no Docker
-# engine: there `make e2e-kube` runs the same suite on a real control plane instead).
+# make kind-e2e: the e2e suite on a kind cluster, for a laptop with Docker, or podman
+# (KIND_EXPERIMENTAL_PROVIDER=podman, which kind needs to be told). This project's machines
+# cannot run it: kind's node image cannot be pulled there, nor built (kind build node-image
+# needs the kindest/base image and a Kubernetes release from dl.k8s.io; docs/image.md).
+# There `make e2e-kube` runs the same suite on a real control plane and a real node.
 #
 #   hack/kind-e2e.sh               create a cluster, run test/e2e against it, delete it
 #   KEEP_CLUSTER=1 hack/kind-e2e.sh   leave the cluster up afterwards (its kubeconfig is
 #                                     printed), e.g. to follow the README by hand
 #
-# It needs docker (running), kind and kubectl on the PATH, and `make setup` done (.venv).
+# It needs Docker (running) or podman, kind and kubectl on the PATH, and `make setup` done.
 # Steps:
 #   1. create a kind cluster (KIND_CLUSTER, default ome-e2e) with its own kubeconfig;
-#   2. build the manager's image (Dockerfile) and load it into the cluster;
+#   2. build the manager's image (make image: hack/image.sh) and load it into the cluster;
 #   3. install OME's CRDs (config/crd) and the fake Slice CRD (test/e2e/crds);
 #   4. run `ome-sim provider --kubeconfig` against it: fake TPU nodes, the Slice scheduler,
 #      and a kubelet stand-in for pods on those nodes (kind's own scheduler binds them);
@@ -23,16 +26,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CLUSTER="${KIND_CLUSTER:-ome-e2e}"
-IMAGE="${IMAGE:-ome-manager:kind-e2e}"
+IMAGE="$(hack/image.sh --name)"
 BIN="${BIN:-.venv/bin}"
 
 say() { printf 'kind-e2e: %s\n' "$*"; }
 die() { printf 'kind-e2e: %s\n' "$*" >&2; exit 1; }
 
-for tool in docker kind kubectl; do
+for tool in kind kubectl; do
   command -v "$tool" >/dev/null 2>&1 || die "needs $tool on the PATH"
 done
-docker info >/dev/null 2>&1 || die "needs a running Docker engine (docker info failed)"
+if [[ "${KIND_EXPERIMENTAL_PROVIDER:-}" == podman ]]; then
+  command -v podman >/dev/null 2>&1 || die "KIND_EXPERIMENTAL_PROVIDER=podman needs podman"
+else
+  docker info >/dev/null 2>&1 || die "needs a running Docker engine (docker info failed), or podman with KIND_EXPERIMENTAL_PROVIDER=podman"
+fi
 [[ -x "$BIN/ome-sim" ]] || die "needs $BIN/ome-sim: run make setup first"
 HELM="$(hack/helm.sh)"
 
@@ -77,7 +84,7 @@ kind create cluster --name "$CLUSTER" --kubeconfig "$KUBECONFIG" --wait 120s
 CREATED=1
 
 say "2/7 building $IMAGE and loading it into the cluster"
-docker build -t "$IMAGE" .
+hack/image.sh >/dev/null
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
 say "3/7 installing OME's CRDs and the fake Slice CRD"

@@ -30,7 +30,7 @@ from ome.runtime.client import describe_error
 from ome.runtime.rest import Rest
 from ome_sim import __version__
 
-from . import controlplane, helmrun, system
+from . import containers, controlplane, helmrun, node, system
 from .apiserver import EmbeddedAPIServer, ServerThread
 from .controlplane import ControlPlane
 from .gke.model import DEFAULT_POOLS, KNOBS, PoolError, parse_pools
@@ -88,6 +88,16 @@ def _apiserver(args: argparse.Namespace) -> int:
 
 def _provider_options(args: argparse.Namespace) -> Options:
     pod = getattr(args, "manager", "process") == "pod"
+    if getattr(args, "node", "simulated") == "real":
+        # The manager's pod goes to the real node (the only one without the TPU taint);
+        # the provider serves the kubelet API for its simulated TPU nodes' pods only.
+        return Options(
+            activation_delay=args.activation_delay,
+            heartbeat_interval=args.heartbeat_interval,
+            scheduler=args.scheduler,
+            kubelet_api=True,
+            pod_dir=str(args.kubeconfig.resolve().parent / "pods"),
+        )
     return Options(
         activation_delay=args.activation_delay,
         heartbeat_interval=args.heartbeat_interval,
@@ -144,7 +154,12 @@ def _with_cluster(
         provider = _run_provider(rest, args, lambda m: say(f"  {m}"))
         stops.append(provider.stop)
         return serve(Stage(rest, path, interrupted, plane))
-    except (controlplane.ControlPlaneError, system.StartError) as e:
+    except (
+        controlplane.ControlPlaneError,
+        system.StartError,
+        node.NodeError,
+        containers.ContainerToolError,
+    ) as e:
         return fail(f"{command}: {e}")
     except ApiException as e:
         return fail(f"{command}: {describe_error(e)}")
@@ -177,17 +192,29 @@ def _start_kube(
     if controlplane.missing_binaries(binaries):
         _build_binaries(args.config_dir.parent if hasattr(args, "config_dir") else Path())
     path = args.kubeconfig.resolve()
+    real_node = getattr(args, "node", "simulated") == "real"
     plane = controlplane.ControlPlane(
         log_dir=path.parent / "control-plane",
         binaries=binaries,
         progress=lambda m: say(f"  {m}"),
         api_port=args.port,
+        node_ip=node.host_ip() if real_node else "",
     )
     say(f"starting a real control plane (Kubernetes {controlplane.KUBE_VERSION})")
     stops.append(plane.stop)
     plane.start()
     plane.write_kubeconfig(path)
     say(f"kube-apiserver listening on {plane.url} (component logs: {plane.log_dir})")
+    if real_node:
+        image = containers.image_name()
+        say(f"starting a real node: containerd, runc, CNI, the kubelet, kube-proxy ({image})")
+        real = node.RealNode(
+            plane, log_dir=path.parent / "node", images=(image,), progress=lambda m: say(f"  {m}")
+        )
+        stops.append(real.stop)
+        real.start()
+        (path.parent / "node.json").write_text(json.dumps(real.describe(), indent=2))
+        say(f"node {real.name} is Ready (its logs: {real.log_dir}; node.json: how to reach it)")
     return path, plane
 
 
@@ -515,6 +542,15 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster): ome-sim installs config/ and runs ome-manager itself, beside the cluster",
     )
     run.add_argument(
+        "--node",
+        choices=("simulated", "real"),
+        default="simulated",
+        help="where the manager's pod runs with --manager pod: simulated (the default), the "
+        "provider's kubelet stand-in runs it as a process; real, a real node on this machine "
+        "(containerd, runc, CNI, the kubelet and kube-proxy, built by hack/node-binaries.sh; "
+        "needs root) runs the image `make image` built. The TPU nodes are simulated either way",
+    )
+    run.add_argument(
         "--config-dir",
         type=Path,
         default=Path("config"),
@@ -705,6 +741,8 @@ def main(argv: list[str] | None = None) -> int:
             "--manager pod needs --control-plane kube: the embedded server runs no "
             "Deployments (kube-controller-manager does)"
         )
+    if getattr(args, "node", "simulated") == "real" and args.manager != "pod":
+        parser.error("--node real needs --manager pod (and so --control-plane kube)")
     if hasattr(args, "pool"):
         try:
             args.pools = parse_pools(args.pool or DEFAULT_POOLS)

@@ -54,6 +54,9 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager")
 #: Service at its ClusterIP, as in a cluster. (kube-apiserver accepts a loopback range;
 #: Endpoints and EndpointSlices, which would be the other route, refuse loopback addresses.)
 SERVICE_CIDR = "127.1.0.0/16"
+#: With a real node (`ome_sim.node`): real kube-proxy serves Services at ordinary ClusterIPs,
+#: and pods reach kube-apiserver through the ``kubernetes`` Service at the first of them.
+REAL_NODE_SERVICE_CIDR = "10.96.0.0/16"
 ADMIN_USER = "ome-sim-admin"
 
 
@@ -239,6 +242,11 @@ class ControlPlane:
     progress: Callable[[str], None] = lambda _m: None
     extra_apiserver_flags: tuple[str, ...] = ()
     api_port: int = 0  # 0: a free one
+    #: For a real node (`ome_sim.node.RealNode`): the machine's address that kube-apiserver
+    #: also listens on and advertises (the ``kubernetes`` Service's endpoint), so that pods
+    #: reach it; Services then get ordinary ClusterIPs (`REAL_NODE_SERVICE_CIDR`) that
+    #: kube-proxy serves. Empty: loopback only, for the provider's stand-ins.
+    node_ip: str = ""
     data_dir: Path | None = None
     url: str = ""
     ca: Authority | None = None
@@ -277,6 +285,19 @@ class ControlPlane:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir = None
 
+    @property
+    def service_cidr(self) -> str:
+        return REAL_NODE_SERVICE_CIDR if self.node_ip else SERVICE_CIDR
+
+    @property
+    def node_url(self) -> str:
+        """kube-apiserver's URL for a node and its pods (``url`` is loopback)."""
+        return self.url.replace("127.0.0.1", self.node_ip) if self.node_ip else self.url
+
+    def admin_context(self) -> ssl.SSLContext:
+        """TLS to kube-apiserver as the admin (system:masters)."""
+        return self._client_context(self.admin)
+
     def check(self) -> None:
         """Raise `ControlPlaneError` if a component has exited."""
         for component in self.components:
@@ -313,7 +334,7 @@ class ControlPlane:
         self.ca = ca = Authority()
         self._file("ca.crt", ca.pem.cert)
         self._file("ca.key", ca.pem.key)
-        first_service_ip = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+        first_service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
         serving = ca.issue(
             "kube-apiserver",
             dns=(
@@ -323,7 +344,7 @@ class ControlPlane:
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
             ),
-            ips=("127.0.0.1", first_service_ip),
+            ips=("127.0.0.1", first_service_ip, *([self.node_ip] if self.node_ip else [])),
         )
         self._file("apiserver.crt", serving.cert)
         self._file("apiserver.key", serving.key)
@@ -423,11 +444,7 @@ class ControlPlane:
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # Endpoints may not hold a loopback address: no reconciler for the
-                # kubernetes Service (nothing here dials its ClusterIP anyway).
-                "--endpoint-reconciler-type=none",
+                *self._address_flags(),
                 f"--secure-port={port}",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -436,7 +453,7 @@ class ControlPlane:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
                 f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
@@ -447,6 +464,19 @@ class ControlPlane:
             ],
         )
         self._wait(apiserver, f"{self.url}/readyz", deadline, self._client_context(self.admin))
+
+    def _address_flags(self) -> list[str]:
+        if self.node_ip:
+            # Loopback for the machine's clients, the node's address for pods (through
+            # the kubernetes Service, whose endpoint it is).
+            return ["--bind-address=0.0.0.0", f"--advertise-address={self.node_ip}"]
+        return [
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            # Endpoints may not hold a loopback address: no reconciler for the
+            # kubernetes Service (nothing here dials its ClusterIP anyway).
+            "--endpoint-reconciler-type=none",
+        ]
 
     def _controller_manager(self, deadline: float) -> None:
         assert self.data_dir is not None and self.ca is not None

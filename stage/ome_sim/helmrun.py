@@ -40,7 +40,6 @@ RELEASE = "ome"
 DEPLOYMENT = "ome-controller-manager"
 SELECTOR = "control-plane=ome-controller-manager"
 PORTS_ANNOTATION = "sim.ome.io/ports"
-WEBHOOK_PORT = "9443"
 METRICS_PORT = "8080"
 #: The chart's image repository: the pods the kubelet stand-in runs as processes.
 MANAGER_IMAGE = "ghcr.io/moirai-internal/ome-manager"
@@ -168,24 +167,36 @@ def mapped_ports(pod: JSON) -> dict[str, int]:
     return {str(k): int(v) for k, v in ports.items()} if isinstance(ports, dict) else {}
 
 
+def metrics_address(pod: JSON) -> tuple[str, int] | None:
+    """Where the pod's metrics are served, seen from this machine: the kubelet stand-in's
+    loopback port, or a real node's pod IP and the container port."""
+    mapped = mapped_ports(pod)
+    if METRICS_PORT in mapped:
+        return "127.0.0.1", mapped[METRICS_PORT]
+    if PORTS_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+        return None  # the stand-in's pod, its ports not mapped yet
+    ip = (pod.get("status") or {}).get("podIP")
+    return (str(ip), int(METRICS_PORT)) if ip else None
+
+
 def serving_pod(rest: Rest) -> JSON | None:
-    """The newest ready manager pod with its webhook port mapped, if any."""
+    """The newest ready manager pod whose metrics can be reached, if any."""
     pods = rest.list(PODS, system.NAMESPACE, label_selector=SELECTOR).get("items") or []
-    candidates = [p for p in pods if ready(p) and WEBHOOK_PORT in mapped_ports(p)]
+    candidates = [p for p in pods if ready(p) and metrics_address(p) is not None]
     candidates.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
     return candidates[-1] if candidates else None
 
 
 def metrics_relay(rest: Rest) -> Relay:
     """A stable ``127.0.0.1:<port>`` for the manager's metrics, relayed to the serving
-    manager pod's mapped metrics port at each connection: pods change with every rollout,
-    the printed URL does not (what ``kubectl port-forward deployment/...`` gives)."""
+    manager pod's metrics at each connection: pods change with every rollout, the printed
+    URL does not (what ``kubectl port-forward deployment/...`` gives)."""
 
-    def resolve() -> int | None:
+    def resolve() -> tuple[str, int] | None:
         try:
             pod = serving_pod(rest)
         except (ApiException, HTTPError, OSError):
             return None
-        return mapped_ports(pod).get(METRICS_PORT) if pod else None
+        return metrics_address(pod) if pod else None
 
     return Relay("127.0.0.1", 0, resolve)

@@ -88,10 +88,13 @@ def loopback(address: str) -> bool:
 
 
 class Relay:
-    """A TCP listener on ``address:port`` that relays each connection to
-    ``127.0.0.1:<resolve()>``, or closes it when that is None."""
+    """A TCP listener on ``address:port`` that relays each connection to what ``resolve()``
+    gives at that moment: a port on 127.0.0.1, or a (host, port) such as a real pod's
+    address; or closes it when that is None."""
 
-    def __init__(self, address: str, port: int, resolve: Callable[[], int | None]) -> None:
+    def __init__(
+        self, address: str, port: int, resolve: Callable[[], int | tuple[str, int] | None]
+    ) -> None:
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((address, port))
@@ -114,12 +117,14 @@ class Relay:
                 client, _ = self.sock.accept()
             except OSError:
                 return  # closed
-            port = self._resolve()
-            if port is None:
+            target = self._resolve()
+            if target is None:
                 client.close()
                 continue
+            if isinstance(target, int):
+                target = ("127.0.0.1", target)
             try:
-                upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
+                upstream = socket.create_connection(target, timeout=5)
             except OSError:
                 client.close()
                 continue

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Build a pinned Kubernetes node: kubelet, kube-proxy, containerd (+ shim and ctr), crictl and
+# the static pause binary, for experiments and tests that run REAL pods (runc containers,
+# CNI networking, kube-proxy Services) against the control plane of hack/kube-binaries.sh.
+#
+#   hack/node-binaries.sh           build what is missing, then print the directory
+#   hack/node-binaries.sh --check   exit 0 if everything is built, 1 if not; build nothing
+#   hack/node-binaries.sh --dir     print the directory the binaries go to
+#
+# The versions are pinned here and nowhere else:
+# - Kubernetes v1.37.2 (kubelet, kube-proxy): the version of hack/kube-binaries.sh, so the
+#   node and the control plane agree. Built the same way: a small module of its own requires
+#   k8s.io/kubernetes and replaces each staging module with its published twin at v0.37.2
+#   (`go install k8s.io/kubernetes/cmd/kubelet@...` cannot work, the staging replaces are
+#   local paths).
+# - containerd v2.4.2 (containerd, containerd-shim-runc-v2, ctr): the newest 2.x the Go proxy
+#   serves whose go.mod asks for no newer Go than the machine's (go 1.26.6 <= go1.26.8).
+#   Tested with the kubelet v1.37.2 above on cgroup v1 with Debian's runc 1.1.
+# - cri-tools v1.37.0 (crictl), the release line of Kubernetes 1.37.
+# - pause 3.10.2: the C program in k8s.io/kubernetes@v1.37.2's build/pause/linux/pause.c (the
+#   TAG of build/pause/Makefile), linked statically with gcc. Nothing can be pulled here, so
+#   the sandbox image is made locally from this binary (see the experiment's REPORT.md).
+# All Go binaries are built with CGO_ENABLED=0 (static; containerd skips its btrfs snapshotter,
+# which needs cgo; the shim is built with the no_grpc tag as containerd's Makefile does).
+# runc, the CNI plugins, iptables and conntrack come from Debian (apt: runc,
+# containernetworking-plugins, iptables, conntrack) and are not built here.
+#
+# The binaries go to a machine-wide cache, so a fresh clone and CI reuse them:
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/node/k8s-v1.37.2_containerd-v2.4.2_crictl-v1.37.0_pause-3.10.2/
+# They are built in a temporary directory and moved in only when all are built, so an
+# interrupted build leaves nothing half-made behind. Measured on two cores (go1.26.8), with
+# the Go module cache already filled: 4m53s with an empty Go build cache (kubelet 3m28s,
+# kube-proxy 8s, containerd + shim + ctr 53s, crictl 19s); 1m59s right after
+# hack/kube-binaries.sh, whose build cache kubelet and kube-proxy mostly share (module
+# downloads on an empty module cache come on top, not timed). A warm run is a no-op.
+set -euo pipefail
+
+KUBE_VERSION=v1.37.2
+STAGING_VERSION=v0.37.2
+CONTAINERD_VERSION=v2.4.2
+CRITOOLS_VERSION=v1.37.0
+PAUSE_VERSION=3.10.2
+GO_MIN=1.26.6
+
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/node"
+DEST="$CACHE_ROOT/k8s-${KUBE_VERSION}_containerd-${CONTAINERD_VERSION}_crictl-${CRITOOLS_VERSION}_pause-${PAUSE_VERSION}"
+BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr crictl pause)
+
+say() { printf 'node-binaries: %s\n' "$*" >&2; }
+
+have_all() {
+  local b
+  for b in "${BINARIES[@]}"; do
+    [[ -x "$DEST/$b" ]] || return 1
+  done
+  [[ -f "$DEST/VERSIONS" ]]
+}
+
+usage() {
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+case "${1:-}" in
+  "") ;;
+  --check) have_all && exit 0 || exit 1 ;;
+  --dir) echo "$DEST"; exit 0 ;;
+  -h | --help) usage; exit 0 ;;
+  *) say "unknown argument '$1' (try --help)"; exit 2 ;;
+esac
+
+if have_all; then
+  echo "$DEST"
+  exit 0
+fi
+
+for tool in go gcc; do
+  command -v "$tool" >/dev/null 2>&1 || { say "needs $tool on the PATH"; exit 3; }
+done
+go_version="$(go env GOVERSION)"
+go_version="${go_version#go}"
+if [[ "$(printf '%s\n%s\n' "$GO_MIN" "$go_version" | sort -V | head -n1)" != "$GO_MIN" ]]; then
+  say "needs Go >= $GO_MIN (containerd $CONTAINERD_VERSION's go.mod), found go$go_version"
+  exit 3
+fi
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-node-build.XXXXXX")"
+cleanup() { rm -rf "$WORK"; }
+trap cleanup EXIT
+
+started=$SECONDS
+elapsed() { printf '%dm%02ds' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
+
+export GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath"
+export GOTOOLCHAIN=local
+export CGO_ENABLED=0
+
+# build_one MODULE_DIR PACKAGE OUTPUT LDFLAGS [TAGS]: go build with a progress line every 200
+# packages compiled, out of the package's stale dependency count.
+build_one() {
+  local dir=$1 pkg=$2 out=$3 ldflags=$4 tags=${5:-}
+  local total done_=0 line
+  total="$( (cd "$dir" && go list -tags "$tags" -deps -f '{{if .Stale}}x{{end}}' "$pkg") | grep -c x || true)"
+  say "[$(elapsed)] compiling $(basename "$out"): $total packages"
+  (cd "$dir" && go build -v -tags "$tags" -ldflags "$ldflags" -o "$out" "$pkg" 2>&1) | while IFS= read -r line; do
+    case "$line" in
+      *.go:[0-9]*) printf '%s\n' "$line" >&2 ;;
+      *)
+        done_=$((done_ + 1))
+        if ((done_ % 200 == 0)); then
+          say "[$(elapsed)] $(basename "$out"): $done_/$total packages compiled"
+        fi
+        ;;
+    esac
+  done
+  [[ -x "$out" ]] || { say "building $pkg failed (see the lines above)"; exit 1; }
+  say "[$(elapsed)] built $(basename "$out")"
+}
+
+# tool_module DIR MODULE VERSION PACKAGE...: a module that requires MODULE@VERSION and imports
+# PACKAGE... from a tools.go, tidied.
+tool_module() {
+  local dir=$1 module=$2 version=$3 p
+  shift 3
+  mkdir -p "$dir"
+  printf 'module ome.local/%s\n\ngo %s\n\nrequire %s %s\n' "$(basename "$dir")" "$GO_MIN" "$module" "$version" >"$dir/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for p in "$@"; do printf '\t_ "%s"\n' "$p"; done
+    printf ')\n'
+  } >"$dir/tools.go"
+  say "[$(elapsed)] resolving $module@$version (go mod tidy)"
+  (cd "$dir" && go mod tidy)
+}
+
+say "building kubelet/kube-proxy $KUBE_VERSION, containerd $CONTAINERD_VERSION, crictl $CRITOOLS_VERSION, pause $PAUSE_VERSION with go$go_version into $DEST"
+mkdir -p "$WORK/bin"
+
+# --- kubelet and kube-proxy ---------------------------------------------------------------
+KMOD="$WORK/kube"
+mkdir -p "$KMOD"
+say "[$(elapsed)] fetching the replace block of k8s.io/kubernetes@$KUBE_VERSION"
+kube_json="$(cd "$KMOD" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@$KUBE_VERSION")"
+gomod="$(sed -n 's/.*"GoMod": "\(.*\)",*/\1/p' <<<"$kube_json")"
+kube_src="$(sed -n 's/.*"Dir": "\(.*\)",*/\1/p' <<<"$kube_json")"
+[[ -f "$gomod" && -d "$kube_src" ]] || { say "could not download k8s.io/kubernetes@$KUBE_VERSION"; exit 1; }
+mapfile -t staging < <(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
+((${#staging[@]} > 0)) || { say "no staging modules found in $gomod"; exit 1; }
+{
+  echo "module ome.local/node-binaries"
+  echo
+  echo "go $GO_MIN"
+  echo
+  echo "require k8s.io/kubernetes $KUBE_VERSION"
+  echo
+  echo "replace ("
+  for m in "${staging[@]}"; do
+    echo "	$m => $m $STAGING_VERSION"
+  done
+  echo ")"
+} >"$KMOD/go.mod"
+printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n\t_ "k8s.io/kubernetes/cmd/kube-proxy"\n)\n' >"$KMOD/tools.go"
+say "[$(elapsed)] resolving ${#staging[@]} staging modules at $STAGING_VERSION (go mod tidy)"
+(cd "$KMOD" && go mod tidy)
+
+minor="${KUBE_VERSION#v1.}"
+minor="${minor%%.*}"
+kube_ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+  kube_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+build_one "$KMOD" k8s.io/kubernetes/cmd/kubelet "$WORK/bin/kubelet" "$kube_ldflags"
+build_one "$KMOD" k8s.io/kubernetes/cmd/kube-proxy "$WORK/bin/kube-proxy" "$kube_ldflags"
+
+# --- pause ----------------------------------------------------------------------------------
+say "[$(elapsed)] compiling pause $PAUSE_VERSION (static, gcc)"
+gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-ome" \
+  -o "$WORK/bin/pause" "$kube_src/build/pause/linux/pause.c"
+strip "$WORK/bin/pause" 2>/dev/null || true
+
+# --- containerd, containerd-shim-runc-v2, ctr ---------------------------------------------
+CMOD="$WORK/containerd"
+CPKG=github.com/containerd/containerd/v2
+tool_module "$CMOD" "$CPKG" "$CONTAINERD_VERSION" "$CPKG/cmd/containerd" "$CPKG/cmd/containerd-shim-runc-v2" "$CPKG/cmd/ctr"
+ctr_ldflags="-s -w -X $CPKG/version.Version=$CONTAINERD_VERSION -X $CPKG/version.Package=$CPKG"
+build_one "$CMOD" "$CPKG/cmd/containerd" "$WORK/bin/containerd" "$ctr_ldflags" "urfave_cli_no_docs osusergo netgo"
+build_one "$CMOD" "$CPKG/cmd/containerd-shim-runc-v2" "$WORK/bin/containerd-shim-runc-v2" "$ctr_ldflags" "urfave_cli_no_docs osusergo netgo no_grpc"
+build_one "$CMOD" "$CPKG/cmd/ctr" "$WORK/bin/ctr" "$ctr_ldflags" "urfave_cli_no_docs osusergo netgo"
+
+# --- crictl ---------------------------------------------------------------------------------
+TMOD="$WORK/critools"
+tool_module "$TMOD" sigs.k8s.io/cri-tools "$CRITOOLS_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+build_one "$TMOD" sigs.k8s.io/cri-tools/cmd/crictl "$WORK/bin/crictl" \
+  "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=${CRITOOLS_VERSION#v}"
+
+# --- install ------------------------------------------------------------------------------
+{
+  echo "kubernetes $KUBE_VERSION"
+  echo "staging $STAGING_VERSION"
+  echo "containerd $CONTAINERD_VERSION"
+  echo "cri-tools $CRITOOLS_VERSION"
+  echo "pause $PAUSE_VERSION"
+  echo "go go$go_version"
+} >"$WORK/bin/VERSIONS"
+mkdir -p "$CACHE_ROOT"
+rm -rf "$DEST.partial"
+mv "$WORK/bin" "$DEST.partial"
+rm -rf "$DEST"
+mv "$DEST.partial" "$DEST"
+say "[$(elapsed)] done in $(elapsed): $DEST"
+echo "$DEST"
