@@ -50,8 +50,8 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m ome.api.crdgen --check config/crd
-	for script in hack/*.sh .ci/run; do bash -n "$$script" || exit 1; done
-	$(BIN)/shellcheck hack/*.sh .ci/run
+	for script in hack/*.sh hack/lib/*.sh .ci/run; do bash -n "$$script" || exit 1; done
+	$(BIN)/shellcheck hack/*.sh hack/lib/*.sh .ci/run
 	$(BIN)/hadolint Dockerfile
 	"$$(hack/helm.sh)" lint --strict charts/ome-resources
 	"$$(hack/helm.sh)" lint --strict charts/ome-resources -f config/samples/values.yaml

@@ -7,7 +7,8 @@
 #
 # 1. A Docker whose engine answers (`docker info`), as on a laptop.
 # 2. Else podman with runc: installed from Debian's packages when missing (podman, runc,
-#    buildah, debootstrap; root and apt-get needed). runc is asked for by path: the default
+#    buildah, debootstrap, and what a real node needs beside them: the CNI plugins,
+#    iptables and conntrack; root and apt-get needed). runc is asked for by path: the default
 #    runtime, crun, fails on hosts whose cgroups are v1 or hybrid ("cgroups in hybrid mode
 #    not supported"), as this project's CI machines' are.
 # Fails in one line, exit code 3, when neither can be found or set up.
@@ -35,13 +36,20 @@ fi
 
 runc_path() { command -v runc || { [[ -x /usr/sbin/runc ]] && echo /usr/sbin/runc; } || true; }
 
-if ! command -v podman >/dev/null 2>&1 || [[ -z "$(runc_path)" ]] || ! command -v debootstrap >/dev/null 2>&1; then
+have_all() {
+  command -v podman >/dev/null 2>&1 && [[ -n "$(runc_path)" ]] &&
+    command -v debootstrap >/dev/null 2>&1 && [[ -x /usr/lib/cni/bridge ]] &&
+    command -v iptables >/dev/null 2>&1 && command -v conntrack >/dev/null 2>&1
+}
+
+if ! have_all; then
   if ((EUID == 0)) && command -v apt-get >/dev/null 2>&1; then
-    say "installing podman, runc, buildah and debootstrap from Debian's packages (about a minute)"
+    say "installing podman, runc, buildah, debootstrap, the CNI plugins, iptables and conntrack from Debian's packages (about a minute)"
     log="$(mktemp)"
     install() {
-      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        podman runc buildah debootstrap uidmap slirp4netns fuse-overlayfs >>"$log" 2>&1
+      DEBIAN_FRONTEND=noninteractive apt-get install -y \
+        podman runc buildah debootstrap uidmap slirp4netns fuse-overlayfs \
+        containernetworking-plugins iptables conntrack >>"$log" 2>&1
     }
     # Once more after apt-get update when the package lists are stale or missing.
     if ! install && ! { apt-get update >>"$log" 2>&1 && install; }; then

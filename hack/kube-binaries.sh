@@ -18,7 +18,8 @@
 # `go install k8s.io/kubernetes/cmd/...@v1.37.2` cannot work: Kubernetes' go.mod replaces
 # each k8s.io/* staging module with a local path. So this builds from a small module of its
 # own that requires k8s.io/kubernetes and replaces each staging module (the replace block of
-# that version's go.mod) with its published twin at v0.37.2.
+# that version's go.mod) with its published twin at v0.37.2 (hack/lib/gobuild.sh, which
+# hack/node-binaries.sh shares).
 #
 # The binaries go to a machine-wide cache, so a fresh clone and CI reuse them:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/kube/v1.37.2/
@@ -78,81 +79,16 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-kube-build.XXXXXX")"
 cleanup() { rm -rf "$WORK"; }
 trap cleanup EXIT
 
-started=$SECONDS
-elapsed() { printf '%dm%02ds' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
-
-export GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath"
-export GOTOOLCHAIN=local
-export CGO_ENABLED=0
-
-# build_one MODULE_DIR PACKAGE OUTPUT [LDFLAGS]: go build with a progress line every 200
-# packages compiled, out of the package's dependency count.
-build_one() {
-  local dir=$1 pkg=$2 out=$3 ldflags=${4:-}
-  local total done_=0 line
-  total="$(cd "$dir" && go list -deps -f '{{if .Stale}}x{{end}}' "$pkg" | grep -c x || true)"
-  say "[$(elapsed)] compiling $(basename "$out"): $total packages"
-  (cd "$dir" && go build -v -ldflags "$ldflags" -o "$out" "$pkg" 2>&1) | while IFS= read -r line; do
-    case "$line" in
-      *.go:[0-9]*) printf '%s\n' "$line" >&2 ;;
-      *)
-        done_=$((done_ + 1))
-        if ((done_ % 200 == 0)); then
-          say "[$(elapsed)] $(basename "$out"): $done_/$total packages compiled"
-        fi
-        ;;
-    esac
-  done
-  [[ -x "$out" ]] || { say "building $pkg failed (see the lines above)" >&2; exit 1; }
-  say "[$(elapsed)] built $(basename "$out")"
-}
+# shellcheck source=hack/lib/gobuild.sh
+. "$(dirname "$0")/lib/gobuild.sh"
 
 say "building Kubernetes $KUBE_VERSION and etcd $ETCD_VERSION with go$go_version into $DEST"
+mkdir -p "$WORK/bin"
 
 # --- kube-apiserver and kube-controller-manager -------------------------------------------
-KMOD="$WORK/kube"
-mkdir -p "$KMOD"
-say "[$(elapsed)] fetching the replace block of k8s.io/kubernetes@$KUBE_VERSION"
-gomod="$(cd "$KMOD" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
-[[ -f "$gomod" ]] || { say "could not download k8s.io/kubernetes@$KUBE_VERSION's go.mod" >&2; exit 1; }
-mapfile -t staging < <(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
-((${#staging[@]} > 0)) || { say "no staging modules found in $gomod" >&2; exit 1; }
-{
-  echo "module ome.local/kube-binaries"
-  echo
-  echo "go $GO_MIN"
-  echo
-  echo "require k8s.io/kubernetes $KUBE_VERSION"
-  echo
-  echo "replace ("
-  for m in "${staging[@]}"; do
-    echo "	$m => $m $STAGING_VERSION"
-  done
-  echo ")"
-} >"$KMOD/go.mod"
-cat >"$KMOD/tools.go" <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-)
-EOF
-say "[$(elapsed)] resolving ${#staging[@]} staging modules at $STAGING_VERSION (go mod tidy)"
-(cd "$KMOD" && go mod tidy)
-
-minor="${KUBE_VERSION#v1.}"
-minor="${minor%%.*}"
-kube_ldflags="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kube_ldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-  kube_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-mkdir -p "$WORK/bin"
-build_one "$KMOD" k8s.io/kubernetes/cmd/kube-apiserver "$WORK/bin/kube-apiserver" "$kube_ldflags"
-build_one "$KMOD" k8s.io/kubernetes/cmd/kube-controller-manager "$WORK/bin/kube-controller-manager" "$kube_ldflags"
+kube_module "$WORK/kube-binaries" kube-apiserver kube-controller-manager
+build_one "$WORK/kube-binaries" k8s.io/kubernetes/cmd/kube-apiserver "$WORK/bin/kube-apiserver" "$KUBE_LDFLAGS"
+build_one "$WORK/kube-binaries" k8s.io/kubernetes/cmd/kube-controller-manager "$WORK/bin/kube-controller-manager" "$KUBE_LDFLAGS"
 
 # --- etcd ---------------------------------------------------------------------------------
 EMOD="$WORK/etcd"
@@ -186,10 +122,4 @@ build_one "$EMOD" . "$WORK/bin/etcd" "-s -w"
   echo "etcd $ETCD_VERSION"
   echo "go go$go_version"
 } >"$WORK/bin/VERSIONS"
-mkdir -p "$CACHE_ROOT"
-rm -rf "$DEST.partial"
-mv "$WORK/bin" "$DEST.partial"
-rm -rf "$DEST"
-mv "$DEST.partial" "$DEST"
-say "[$(elapsed)] done: $DEST"
-echo "$DEST"
+install_built

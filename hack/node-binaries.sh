@@ -87,34 +87,8 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-node-build.XXXXXX")"
 cleanup() { rm -rf "$WORK"; }
 trap cleanup EXIT
 
-started=$SECONDS
-elapsed() { printf '%dm%02ds' $(((SECONDS - started) / 60)) $(((SECONDS - started) % 60)); }
-
-export GOFLAGS="${GOFLAGS:-} -mod=mod -trimpath"
-export GOTOOLCHAIN=local
-export CGO_ENABLED=0
-
-# build_one MODULE_DIR PACKAGE OUTPUT LDFLAGS [TAGS]: go build with a progress line every 200
-# packages compiled, out of the package's stale dependency count.
-build_one() {
-  local dir=$1 pkg=$2 out=$3 ldflags=$4 tags=${5:-}
-  local total done_=0 line
-  total="$( (cd "$dir" && go list -tags "$tags" -deps -f '{{if .Stale}}x{{end}}' "$pkg") | grep -c x || true)"
-  say "[$(elapsed)] compiling $(basename "$out"): $total packages"
-  (cd "$dir" && go build -v -tags "$tags" -ldflags "$ldflags" -o "$out" "$pkg" 2>&1) | while IFS= read -r line; do
-    case "$line" in
-      *.go:[0-9]*) printf '%s\n' "$line" >&2 ;;
-      *)
-        done_=$((done_ + 1))
-        if ((done_ % 200 == 0)); then
-          say "[$(elapsed)] $(basename "$out"): $done_/$total packages compiled"
-        fi
-        ;;
-    esac
-  done
-  [[ -x "$out" ]] || { say "building $pkg failed (see the lines above)"; exit 1; }
-  say "[$(elapsed)] built $(basename "$out")"
-}
+# shellcheck source=hack/lib/gobuild.sh
+. "$(dirname "$0")/lib/gobuild.sh"
 
 # tool_module DIR MODULE VERSION PACKAGE...: a module that requires MODULE@VERSION and imports
 # PACKAGE... from a tools.go, tidied.
@@ -136,46 +110,14 @@ say "building kubelet/kube-proxy $KUBE_VERSION, containerd $CONTAINERD_VERSION, 
 mkdir -p "$WORK/bin"
 
 # --- kubelet and kube-proxy ---------------------------------------------------------------
-KMOD="$WORK/kube"
-mkdir -p "$KMOD"
-say "[$(elapsed)] fetching the replace block of k8s.io/kubernetes@$KUBE_VERSION"
-kube_json="$(cd "$KMOD" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@$KUBE_VERSION")"
-gomod="$(sed -n 's/.*"GoMod": "\(.*\)",*/\1/p' <<<"$kube_json")"
-kube_src="$(sed -n 's/.*"Dir": "\(.*\)",*/\1/p' <<<"$kube_json")"
-[[ -f "$gomod" && -d "$kube_src" ]] || { say "could not download k8s.io/kubernetes@$KUBE_VERSION"; exit 1; }
-mapfile -t staging < <(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
-((${#staging[@]} > 0)) || { say "no staging modules found in $gomod"; exit 1; }
-{
-  echo "module ome.local/node-binaries"
-  echo
-  echo "go $GO_MIN"
-  echo
-  echo "require k8s.io/kubernetes $KUBE_VERSION"
-  echo
-  echo "replace ("
-  for m in "${staging[@]}"; do
-    echo "	$m => $m $STAGING_VERSION"
-  done
-  echo ")"
-} >"$KMOD/go.mod"
-printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n\t_ "k8s.io/kubernetes/cmd/kube-proxy"\n)\n' >"$KMOD/tools.go"
-say "[$(elapsed)] resolving ${#staging[@]} staging modules at $STAGING_VERSION (go mod tidy)"
-(cd "$KMOD" && go mod tidy)
-
-minor="${KUBE_VERSION#v1.}"
-minor="${minor%%.*}"
-kube_ldflags="-s -w"
-for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  kube_ldflags+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-  kube_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-done
-build_one "$KMOD" k8s.io/kubernetes/cmd/kubelet "$WORK/bin/kubelet" "$kube_ldflags"
-build_one "$KMOD" k8s.io/kubernetes/cmd/kube-proxy "$WORK/bin/kube-proxy" "$kube_ldflags"
+kube_module "$WORK/node-binaries" kubelet kube-proxy
+build_one "$WORK/node-binaries" k8s.io/kubernetes/cmd/kubelet "$WORK/bin/kubelet" "$KUBE_LDFLAGS"
+build_one "$WORK/node-binaries" k8s.io/kubernetes/cmd/kube-proxy "$WORK/bin/kube-proxy" "$KUBE_LDFLAGS"
 
 # --- pause ----------------------------------------------------------------------------------
 say "[$(elapsed)] compiling pause $PAUSE_VERSION (static, gcc)"
 gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-ome" \
-  -o "$WORK/bin/pause" "$kube_src/build/pause/linux/pause.c"
+  -o "$WORK/bin/pause" "$KUBE_SRC/build/pause/linux/pause.c"
 strip "$WORK/bin/pause" 2>/dev/null || true
 
 # --- containerd, containerd-shim-runc-v2, ctr ---------------------------------------------
@@ -202,10 +144,4 @@ build_one "$TMOD" sigs.k8s.io/cri-tools/cmd/crictl "$WORK/bin/crictl" \
   echo "pause $PAUSE_VERSION"
   echo "go go$go_version"
 } >"$WORK/bin/VERSIONS"
-mkdir -p "$CACHE_ROOT"
-rm -rf "$DEST.partial"
-mv "$WORK/bin" "$DEST.partial"
-rm -rf "$DEST"
-mv "$DEST.partial" "$DEST"
-say "[$(elapsed)] done in $(elapsed): $DEST"
-echo "$DEST"
+install_built

@@ -42,15 +42,17 @@ def run_flags() -> tuple[str, ...]:
     return RUN_FLAGS if tool()[0] == "podman" else ()
 
 
-def image_name() -> str:
-    """The manager's image as hack/image.sh tags it."""
+def hack(script: str, *args: str) -> str:
+    """What a hack/ script that only reports (``--name``, ``--dir``) prints."""
     out = subprocess.run(
-        ["bash", str(ROOT / "hack" / "image.sh"), "--name"],
-        capture_output=True,
-        text=True,
-        check=True,
+        ["bash", str(ROOT / "hack" / script), *args], capture_output=True, text=True, check=True
     )
     return out.stdout.strip()
+
+
+def image_name() -> str:
+    """The manager's image as hack/image.sh tags it."""
+    return hack("image.sh", "--name")
 
 
 def inspect(ref: str) -> dict[str, Any]:

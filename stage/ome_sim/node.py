@@ -71,13 +71,7 @@ class NodeError(RuntimeError):
 
 
 def binaries_dir() -> Path:
-    out = subprocess.run(
-        ["bash", str(ROOT / "hack" / "node-binaries.sh"), "--dir"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(out.stdout.strip())
+    return Path(containers.hack("node-binaries.sh", "--dir"))
 
 
 def build_binaries(progress: Callable[[str], None]) -> Path:

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,8 +49,15 @@ def run(image: str, *args: str, entrypoint: str | None = None, stdin: str | None
     )
 
 
+def probe(image: str, code: str) -> Any:
+    """What the Python ``code`` prints as JSON, run by the image's Python."""
+    proc = run(image, "-c", code, entrypoint="python3")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_it_runs_as_65532_on_a_read_only_root_with_only_tmp_writable(image: str) -> None:
-    probe = (
+    code = (
         "import os, json\n"
         "out = {'uid': os.getuid(), 'gid': os.getgid()}\n"
         "for path in ('/probe', '/opt/ome/probe', '/tmp/probe'):\n"
@@ -59,10 +67,7 @@ def test_it_runs_as_65532_on_a_read_only_root_with_only_tmp_writable(image: str)
         "        out[path] = e.strerror\n"
         "print(json.dumps(out))\n"
     )
-    proc = run(image, "-c", probe, entrypoint="python3")
-    assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout)
-    assert seen == {
+    assert probe(image, code) == {
         "uid": 65532,
         "gid": 65532,
         "/probe": "Read-only file system",
@@ -92,7 +97,7 @@ def test_check_config_accepts_the_guides_block_and_refuses_a_bad_one(image: str)
 
 
 def test_it_holds_no_compiler_and_no_pip(image: str) -> None:
-    probe = (
+    code = (
         "import importlib.util, os, shutil, sys, json\n"
         "tools = ['gcc', 'cc', 'c++', 'g++', 'clang', 'cpp', 'ld', 'as', 'make',\n"
         "         'pip', 'pip3', 'pip3.11', 'apt-get']\n"
@@ -101,9 +106,7 @@ def test_it_holds_no_compiler_and_no_pip(image: str) -> None:
         "        if importlib.util.find_spec(m)]\n"
         "print(json.dumps({'tools': found, 'modules': mods}))\n"
     )
-    proc = run(image, "-c", probe, entrypoint="python3")
-    assert proc.returncode == 0, proc.stderr
-    seen = json.loads(proc.stdout)
+    seen = probe(image, code)
     # apt-get is the base's package manager (Debian's images all have it); it cannot run
     # here: the root is read-only and the user is not root.
     seen["tools"].pop("apt-get", None)
