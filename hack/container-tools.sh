@@ -16,7 +16,7 @@
 # Containers started through podman here also need `--ulimit nofile=1024:1024 --ulimit
 # nproc=1024:1024`: podman's default raises the hard limits, which needs CAP_SYS_RESOURCE,
 # and machines without it (these CI machines) fail with "setrlimit RLIMIT_NOFILE: Operation
-# not permitted". PODMAN_RUN_FLAGS below is that; ome_sim.containers has the same.
+# not permitted". hack/image.sh and ome_sim.containers.RUN_FLAGS pass them.
 set -euo pipefail
 
 say() { printf 'container-tools: %s\n' "$*" >&2; }
@@ -25,7 +25,7 @@ engine_only=0
 case "${1:-}" in
   "") ;;
   --engine) engine_only=1 ;;
-  -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) say "unknown argument '$1' (try --help)"; exit 2 ;;
 esac
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a pinned Kubernetes node: kubelet, kube-proxy, containerd (+ shim and ctr), crictl and
-# the static pause binary, for experiments and tests that run REAL pods (runc containers,
+# the static pause binary, for the real node of `ome-sim run --node real` (runc containers,
 # CNI networking, kube-proxy Services) against the control plane of hack/kube-binaries.sh.
 #
 #   hack/node-binaries.sh           build what is missing, then print the directory
@@ -19,7 +19,7 @@
 # - cri-tools v1.37.0 (crictl), the release line of Kubernetes 1.37.
 # - pause 3.10.2: the C program in k8s.io/kubernetes@v1.37.2's build/pause/linux/pause.c (the
 #   TAG of build/pause/Makefile), linked statically with gcc. Nothing can be pulled here, so
-#   the sandbox image is made locally from this binary (see the experiment's REPORT.md).
+#   the sandbox image is made locally from this binary (ome_sim.node, docs/image.md).
 # All Go binaries are built with CGO_ENABLED=0 (static; containerd skips its btrfs snapshotter,
 # which needs cgo; the shim is built with the no_grpc tag as containerd's Makefile does).
 # runc, the CNI plugins, iptables and conntrack come from Debian (apt: runc,
