@@ -39,30 +39,9 @@ BINARIES=(etcd kube-apiserver kube-controller-manager)
 
 say() { printf 'kube-binaries: %s\n' "$*" >&2; }
 
-have_all() {
-  local b
-  for b in "${BINARIES[@]}"; do
-    [[ -x "$DEST/$b" ]] || return 1
-  done
-  [[ -f "$DEST/VERSIONS" ]]
-}
-
-usage() {
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
-}
-
-case "${1:-}" in
-  "") ;;
-  --check) have_all && exit 0 || exit 1 ;;
-  --dir) echo "$DEST"; exit 0 ;;
-  -h | --help) usage; exit 0 ;;
-  *) say "unknown argument '$1' (try --help)" >&2; exit 2 ;;
-esac
-
-if have_all; then
-  echo "$DEST"
-  exit 0
-fi
+# shellcheck source=hack/lib/gobuild.sh
+. "${0%/*}/lib/gobuild.sh"
+cached_or_go_on "$@"
 
 if ! command -v go >/dev/null 2>&1; then
   say "needs Go >= $GO_MIN on the PATH to build kube-apiserver, kube-controller-manager and etcd $KUBE_VERSION; without it the embedded cluster (the default) is what runs" >&2
@@ -78,9 +57,6 @@ fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-kube-build.XXXXXX")"
 cleanup() { rm -rf "$WORK"; }
 trap cleanup EXIT
-
-# shellcheck source=hack/lib/gobuild.sh
-. "$(dirname "$0")/lib/gobuild.sh"
 
 say "building Kubernetes $KUBE_VERSION and etcd $ETCD_VERSION with go$go_version into $DEST"
 mkdir -p "$WORK/bin"

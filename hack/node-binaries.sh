@@ -48,30 +48,9 @@ BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr crictl pause
 
 say() { printf 'node-binaries: %s\n' "$*" >&2; }
 
-have_all() {
-  local b
-  for b in "${BINARIES[@]}"; do
-    [[ -x "$DEST/$b" ]] || return 1
-  done
-  [[ -f "$DEST/VERSIONS" ]]
-}
-
-usage() {
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
-}
-
-case "${1:-}" in
-  "") ;;
-  --check) have_all && exit 0 || exit 1 ;;
-  --dir) echo "$DEST"; exit 0 ;;
-  -h | --help) usage; exit 0 ;;
-  *) say "unknown argument '$1' (try --help)"; exit 2 ;;
-esac
-
-if have_all; then
-  echo "$DEST"
-  exit 0
-fi
+# shellcheck source=hack/lib/gobuild.sh
+. "${0%/*}/lib/gobuild.sh"
+cached_or_go_on "$@"
 
 for tool in go gcc; do
   command -v "$tool" >/dev/null 2>&1 || { say "needs $tool on the PATH"; exit 3; }
@@ -87,21 +66,14 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-node-build.XXXXXX")"
 cleanup() { rm -rf "$WORK"; }
 trap cleanup EXIT
 
-# shellcheck source=hack/lib/gobuild.sh
-. "$(dirname "$0")/lib/gobuild.sh"
-
 # tool_module DIR MODULE VERSION PACKAGE...: a module that requires MODULE@VERSION and imports
 # PACKAGE... from a tools.go, tidied.
 tool_module() {
-  local dir=$1 module=$2 version=$3 p
+  local dir=$1 module=$2 version=$3
   shift 3
   mkdir -p "$dir"
   printf 'module ome.local/%s\n\ngo %s\n\nrequire %s %s\n' "$(basename "$dir")" "$GO_MIN" "$module" "$version" >"$dir/go.mod"
-  {
-    printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for p in "$@"; do printf '\t_ "%s"\n' "$p"; done
-    printf ')\n'
-  } >"$dir/tools.go"
+  tools_go "$dir" "$@"
   say "[$(elapsed)] resolving $module@$version (go mod tidy)"
   (cd "$dir" && go mod tidy)
 }

@@ -2,7 +2,45 @@
 # What hack/kube-binaries.sh and hack/node-binaries.sh share: building pinned Go programs
 # from their modules, with progress, into a temporary directory that is moved into the
 # machine-wide cache only when everything is built. Sourced, never run; the sourcing script
-# defines say() and sets KUBE_VERSION, STAGING_VERSION, GO_MIN, WORK and DEST first.
+# defines say() and sets KUBE_VERSION, STAGING_VERSION, GO_MIN, BINARIES and DEST first, and
+# WORK before it builds.
+
+have_all() {
+  local b
+  for b in "${BINARIES[@]}"; do
+    [[ -x "$DEST/$b" ]] || return 1
+  done
+  [[ -f "$DEST/VERSIONS" ]]
+}
+
+# cached_or_go_on "$@": the scripts' command line. --check (exit 0 when all are built, 1
+# when not), --dir (print $DEST), --help (the script's lines 2-8); with no argument, print
+# $DEST and exit when all are built, else return, to build.
+cached_or_go_on() {
+  case "${1:-}" in
+    "") ;;
+    --check) have_all && exit 0 || exit 1 ;;
+    --dir) echo "$DEST"; exit 0 ;;
+    -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) say "unknown argument '$1' (try --help)"; exit 2 ;;
+  esac
+  if have_all; then
+    echo "$DEST"
+    exit 0
+  fi
+}
+
+# tools_go DIR PACKAGE...: a tools.go in DIR that imports each PACKAGE, so that `go mod
+# tidy` resolves them and `go build` can build them.
+tools_go() {
+  local dir=$1 p
+  shift
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for p in "$@"; do printf '\t_ "%s"\n' "$p"; done
+    printf ')\n'
+  } >"$dir/tools.go"
+}
 
 gobuild_started=$SECONDS
 elapsed() {
@@ -42,7 +80,7 @@ build_one() {
 # at $STAGING_VERSION. Sets KUBE_SRC to the downloaded source of k8s.io/kubernetes, and
 # KUBE_LDFLAGS to the version stamps `kubectl version` and /version read.
 kube_module() {
-  local dir=$1 json gomod m c minor p
+  local dir=$1 json gomod m minor p
   shift
   mkdir -p "$dir"
   say "[$(elapsed)] fetching the replace block of k8s.io/kubernetes@$KUBE_VERSION"
@@ -66,11 +104,7 @@ kube_module() {
     done
     echo ")"
   } >"$dir/go.mod"
-  {
-    printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
-    printf ')\n'
-  } >"$dir/tools.go"
+  tools_go "$dir" "${@/#/k8s.io/kubernetes/cmd/}"
   say "[$(elapsed)] resolving ${#staging[@]} staging modules at $STAGING_VERSION (go mod tidy)"
   (cd "$dir" && go mod tidy)
   minor="${KUBE_VERSION#v1.}"

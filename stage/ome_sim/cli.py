@@ -88,24 +88,19 @@ def _apiserver(args: argparse.Namespace) -> int:
 
 def _provider_options(args: argparse.Namespace) -> Options:
     pod = getattr(args, "manager", "process") == "pod"
-    if getattr(args, "node", "simulated") == "real":
-        # The manager's pod goes to the real node (the only one without the TPU taint);
-        # the provider serves the kubelet API for its simulated TPU nodes' pods only.
-        return Options(
-            activation_delay=args.activation_delay,
-            heartbeat_interval=args.heartbeat_interval,
-            scheduler=args.scheduler,
-            kubelet_api=True,
-            pod_dir=str(args.kubeconfig.resolve().parent / "pods"),
-        )
+    real_node = getattr(args, "node", "simulated") == "real"
+    stand_in = pod and not real_node
     return Options(
         activation_delay=args.activation_delay,
         heartbeat_interval=args.heartbeat_interval,
         scheduler=args.scheduler,
-        # The manager's pod needs a node without the TPU taint, and runs as a process
-        # there; its logs are kept beside the kubeconfig.
-        system_nodes=1 if pod else 0,
-        run_images=(helmrun.MANAGER_IMAGE,) if pod else (),
+        # The manager's pod needs a node without the TPU taint: a real node, or one of the
+        # provider's, whose kubelet stand-in runs it as a process. Either way the stand-in
+        # serves the kubelet API for its TPU nodes' pods, and the pods' logs and kubeconfigs
+        # are kept beside the kubeconfig.
+        system_nodes=1 if stand_in else 0,
+        run_images=(helmrun.MANAGER_IMAGE,) if stand_in else (),
+        kubelet_api=real_node,
         pod_dir=str(args.kubeconfig.resolve().parent / "pods") if pod else "",
     )
 

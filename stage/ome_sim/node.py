@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -44,8 +43,9 @@ from typing import IO, Any
 
 import yaml
 
-from . import containers
+from . import containers, system
 from .controlplane import (
+    Component,
     ControlPlane,
     ControlPlaneError,
     Pem,
@@ -132,30 +132,6 @@ def _which(tool: str) -> str:
 
 
 @dataclass
-class Process:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    _out: IO[bytes]
-
-    def tail(self, lines: int = 8) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
-        self._out.close()
-
-
-@dataclass
 class RealNode:
     """containerd, the kubelet and kube-proxy, joined to ``plane`` as node `NODE_NAME`.
 
@@ -170,7 +146,7 @@ class RealNode:
     binaries: Path | None = None
     work: Path | None = None
     ports: dict[str, int] = field(default_factory=dict)
-    processes: list[Process] = field(default_factory=list)
+    processes: list[Component] = field(default_factory=list)
     _lock: IO[str] | None = None
     _ip_forward: str | None = None
 
@@ -206,7 +182,7 @@ class RealNode:
         for name in ("kube-proxy", "kubelet"):
             if name in by_name:
                 by_name[name].stop()
-        if "containerd" in by_name and by_name["containerd"].popen.poll() is None:
+        if "containerd" in by_name and by_name["containerd"].proc.poll() is None:
             crictl = self._crictl()
             for pod in _quiet(*crictl, "pods", "-q").stdout.split():
                 _quiet(*crictl, "stopp", pod, timeout=60)
@@ -237,13 +213,9 @@ class RealNode:
             self._lock = None
 
     def check(self) -> None:
-        """Raise `NodeError` if a component has exited."""
+        """Raise `ControlPlaneError` if a component has exited."""
         for process in self.processes:
-            if process.popen.poll() is not None:
-                raise NodeError(
-                    f"{process.name} exited with code {process.popen.returncode}; its log "
-                    f"({process.log}) ends:\n{process.tail()}"
-                )
+            process.check()
 
     # -- for tests and tools --
 
@@ -355,18 +327,19 @@ class RealNode:
             kubeconfig(self.plane.node_url, ca.pem.cert, "system:kube-proxy", cert=proxy),
         )
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Component:
+        """As the control plane spawns its components: a log each, and they die with us."""
         log = self.log_dir / f"{name}.log"
-        out = log.open("ab")
-        popen = subprocess.Popen(
-            args,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-        process = Process(name, popen, log, out)
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                preexec_fn=system.die_with_parent,  # noqa: PLW1509 - only a C call
+            )
+        process = Component(name, proc, log)
         self.processes.append(process)
         return process
 
@@ -418,7 +391,7 @@ state = "{base / "state"}"
             )
             if version.returncode == 0:
                 return
-            self._alive(process)
+            process.check()
             if time.monotonic() > deadline:
                 raise NodeError(f"containerd did not answer in time:\n{process.tail()}")
             time.sleep(0.2)
@@ -426,13 +399,6 @@ state = "{base / "state"}"
     def _ctr(self) -> list[str]:
         assert self.binaries is not None
         return [str(self.binaries / "ctr"), "--address", str(self.containerd_socket)]
-
-    def _alive(self, process: Process) -> None:
-        if process.popen.poll() is not None:
-            raise NodeError(
-                f"{process.name} exited with code {process.popen.returncode}; its log "
-                f"({process.log}) ends:\n{process.tail()}"
-            )
 
     def _pause_image(self) -> None:
         """The sandbox image, made from the pause binary (nothing can be pulled), once per
@@ -571,8 +537,7 @@ state = "{base / "state"}"
         context = self.plane.admin_context()
         url = f"{self.plane.url}/api/v1/nodes/{self.name}"
         while True:
-            for process in self.processes:
-                self._alive(process)
+            self.check()
             try:
                 with urllib.request.urlopen(url, context=context, timeout=5) as resp:
                     node = json.load(resp)

@@ -103,7 +103,7 @@ def test_the_managers_pod_runs_the_image_built_in_a_runc_container(node: Node) -
     assert seen["Uid"].split()[:2] == ["65532", "65532"]
     assert seen["CapEff"] == "0000000000000000"  # capabilities: drop ALL
     assert seen["NoNewPrivs"] == "1"  # allowPrivilegeEscalation: false
-    parent = int(proc_status(pid)["PPid"])
+    parent = int(seen["PPid"])
     assert "containerd-shim-runc-v2" in Path(f"/proc/{parent}/cmdline").read_text()
 
     # Through the kubelet: exec shows the read-only root and the writable /tmp (emptyDir).
