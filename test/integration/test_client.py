@@ -4,10 +4,12 @@ retry of 4xx, preconditioned deletes, and a span per call."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from ome.runtime.client import Client, NotLeadingError, RetryPolicy, describe_error
@@ -86,25 +88,38 @@ def test_a_transport_failure_is_described_by_its_cause_in_one_short_line() -> No
     assert describe_error(wrapped).startswith("ProtocolError: ('Connection aborted.'")
 
 
+@pytest.mark.parametrize("when", ["serializing", "in-urllib3"])
 @pytest.mark.parametrize("verb", ["create", "replace", "patch", "delete"])
-def test_a_lease_lost_while_a_write_is_prepared_sends_nothing(cluster: Cluster, verb: str) -> None:
-    """The fence is asked again once the request is built, just before it is sent: a leader
-    paused (or starved) while serializing a body, past its lease, must not send it when it
-    resumes. Here the lease goes while the client serializes the request."""
+def test_a_lease_lost_while_a_write_is_prepared_sends_nothing(
+    cluster: Cluster, verb: str, when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fence is asked last on the socket, just before the request's bytes go out: a leader
+    paused (or starved) while preparing a request, past its lease, must not send it when it
+    resumes. Here the lease goes while the client serializes the body, or later, while
+    urllib3 takes a connection from its pool (after every check the client itself makes)."""
     rest = Rest(cluster.api)
     rest.create(CONFIGMAPS, configmap("a"), "default")
     leading = {"now": True}
     client = Client(rest, RetryPolicy(initial=0.05, cap=0.2), may_write=lambda: leading["now"])
-    serialize = rest.api_client.param_serialize
-
-    def lose_the_lease_while_serializing(*args: object, **kwargs: object) -> object:
-        built = serialize(*args, **kwargs)
-        leading["now"] = False
-        return built
-
     before = cluster.server.accounting.total({"replace": "update"}.get(verb, verb), "configmaps")
     current = rest.get(CONFIGMAPS, "a", "default")
-    rest.api_client.param_serialize = lose_the_lease_while_serializing  # type: ignore[method-assign]
+    if when == "serializing":
+        serialize = rest.api_client.param_serialize
+
+        def lose_the_lease_while_serializing(*args: object, **kwargs: object) -> object:
+            built = serialize(*args, **kwargs)
+            leading["now"] = False
+            return built
+
+        monkeypatch.setattr(rest.api_client, "param_serialize", lose_the_lease_while_serializing)
+    else:
+        get_conn = HTTPConnectionPool._get_conn
+
+        def lose_the_lease_while_connecting(pool: HTTPConnectionPool, *a: Any, **k: Any) -> Any:
+            leading["now"] = False
+            return get_conn(pool, *a, **k)
+
+        monkeypatch.setattr(HTTPConnectionPool, "_get_conn", lose_the_lease_while_connecting)
     with pytest.raises(NotLeadingError):
         if verb == "create":
             client.create(CONFIGMAPS, configmap("b"), "default")
@@ -114,10 +129,12 @@ def test_a_lease_lost_while_a_write_is_prepared_sends_nothing(cluster: Cluster, 
             client.patch(CONFIGMAPS, "a", {"data": {"k": "v"}}, "default")
         else:
             client.delete(CONFIGMAPS, "a", "default")
-    rest.api_client.param_serialize = serialize  # type: ignore[method-assign]
+    monkeypatch.undo()
     after = cluster.server.accounting.total({"replace": "update"}.get(verb, verb), "configmaps")
     assert after == before, f"the {verb} reached the server after the lease was lost"
     assert (
         rest.get(CONFIGMAPS, "a", "default")["metadata"]["resourceVersion"]
         == (current["metadata"]["resourceVersion"])
     )
+    names = [c["metadata"]["name"] for c in rest.list(CONFIGMAPS, "default")["items"]]
+    assert names == ["a"], "no configmap was created"

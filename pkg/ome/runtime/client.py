@@ -122,12 +122,12 @@ class Client:
     server, never a cache: use them to confirm before anything destructive.
 
     ``may_write``, when given, is asked before every attempt of every write (create, update,
-    patch, delete), retries included, and again once the request is built, just before it is
-    sent: False refuses it with ``NotLeadingError`` before anything is sent. A leader's client
-    is fenced so: a process that lost its lease (paused past it, or unable to renew it) writes
-    nothing more, whatever its workers were doing. What is left is the send itself: a process
-    stopped between that last check and the socket's write sends once it resumes, which no
-    client can rule out (Kubernetes has no fencing tokens)."""
+    patch, delete), retries included, and again on the socket just before the request's
+    bytes are written: False refuses it with ``NotLeadingError`` before anything is sent. A
+    leader's client is fenced so: a process that lost its lease (paused past it, or unable
+    to renew it) writes nothing more, whatever its workers were doing. What is left is the
+    ``sendall`` itself: a process stopped between that last check and the system call sends
+    once it resumes, which no client can rule out (Kubernetes has no fencing tokens)."""
 
     def __init__(
         self,

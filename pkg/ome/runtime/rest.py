@@ -17,6 +17,8 @@ from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.retry import Retry
 
 from ome.kube import JSON, Resource
@@ -40,21 +42,55 @@ VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
 )
 
 
-#: Asked by ``Rest.request`` once a request is built, just before it is sent; it raises to
-#: stop the request. Set for a call with ``send_guard``. A context variable, so each worker
-#: thread has its own and a guard never reaches another thread's requests.
+#: Asked on the socket before each write of a request's bytes (its head, then its body); it
+#: raises to stop the request. Set for a call with ``send_guard``. A context variable, so
+#: each worker thread has its own and a guard never reaches another thread's requests.
 _SEND_GUARD: ContextVar[Callable[[], None] | None] = ContextVar("ome_send_guard", default=None)
 
 
 @contextlib.contextmanager
 def send_guard(check: Callable[[], None]) -> Iterator[None]:
-    """Within the block, every request of this thread asks ``check`` just before it is sent,
-    after its body was serialized (which may take long enough for a lease to run out)."""
+    """Within the block, every request of this thread asks ``check`` on the socket, just
+    before its bytes go out: after the body was serialized and a connection taken from the
+    pool, either of which may take long enough for a lease to run out."""
     token = _SEND_GUARD.set(check)
     try:
         yield
     finally:
         _SEND_GUARD.reset(token)
+
+
+class _GuardedSend:
+    """urllib3 connections that ask this thread's send guard before each ``send``.
+
+    Written by hand because neither the kubernetes client nor urllib3 has a hook between
+    "the request is built" and "its bytes are written": a check made any earlier (in
+    ``Rest.request``) leaves the body's serialization and urllib3's pool work after it, and
+    a paused leader stopped there sent its write on resuming. What is left after this check
+    is ``sendall`` itself. A guard that refuses the body after the head went out closes the
+    connection; the server never gets a whole request."""
+
+    def send(self, data: Any) -> None:
+        guard = _SEND_GUARD.get()
+        if guard is not None:
+            guard()
+        super().send(data)  # type: ignore[misc]
+
+
+class _GuardedHTTPConnection(_GuardedSend, HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedSend, HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
 
 
 class Rest:
@@ -78,6 +114,10 @@ class Rest:
         pool.connection_pool_kw["retries"] = Retry(
             total=0, redirect=0, raise_on_status=False, respect_retry_after_header=False
         )
+        pool.pool_classes_by_scheme = {
+            "http": _GuardedHTTPConnectionPool,
+            "https": _GuardedHTTPSConnectionPool,
+        }
         pool.clear()
 
     def request(
@@ -102,9 +142,6 @@ class Rest:
             body=body,
             auth_settings=["BearerToken"],
         )
-        guard = _SEND_GUARD.get()
-        if guard is not None:
-            guard()
         response = self.api_client.call_api(
             method_,
             url,

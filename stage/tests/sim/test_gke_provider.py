@@ -341,8 +341,10 @@ def pod_of(sim: Sim, name: str) -> JSON:
     return sim.rest.get(PODS, name, "default")
 
 
-def scheduled_condition(pod: JSON) -> JSON:
-    return next(c for c in pod["status"].get("conditions") or [] if c["type"] == "PodScheduled")
+def scheduled_condition(pod: JSON) -> JSON | None:
+    """The pod's PodScheduled condition; None until the scheduler has written one."""
+    conditions = pod["status"].get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodScheduled"), None)
 
 
 def test_scheduler_never_overcommits_chips_and_says_why(sim: Sim) -> None:
@@ -375,13 +377,7 @@ def test_scheduler_honours_selectors_and_taints(sim: Sim) -> None:
         ("untolerating", "untolerated taint {google.com/tpu: present}"),
         ("nowhere", "didn't match Pod's node affinity/selector"),
     ):
-        cond = eventually(
-            lambda n=name: (
-                scheduled_condition(pod_of(sim, n))
-                if pod_of(sim, n)["status"].get("conditions")
-                else None
-            )
-        )
+        cond = eventually(lambda n=name: scheduled_condition(pod_of(sim, n)))
         assert cond["reason"] == "Unschedulable" and reason in cond["message"]
         assert not pod_of(sim, name)["spec"].get("nodeName")
 
