@@ -179,8 +179,8 @@ class ManagerProcess:
         try:
             entry = json.loads(line)
         except ValueError:
-            entry = {"msg": line.strip()}
-        message = str(entry.get("msg", ""))
+            entry = {"message": line.strip()}
+        message = str(entry.get("message", ""))
         with self._seen:
             if entry.get("identity") and not self.identity:
                 self.identity = str(entry["identity"])
@@ -272,10 +272,10 @@ def log_separator(log_path: Path, message: str) -> None:
     """A line in the manager's JSON log, in its own format so that the log stays one JSON
     object a line, that marks where a restarted manager's lines begin."""
     entry = {
-        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "level": "info",
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "severity": "INFO",
         "logger": "ome-sim",
-        "msg": f"---------- {message} ----------",
+        "message": f"---------- {message} ----------",
     }
     with log_path.open("a") as log:
         log.write(json.dumps(entry) + "\n")

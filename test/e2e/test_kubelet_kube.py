@@ -184,7 +184,7 @@ def test_the_managers_pod_runs_logs_restarts_and_stops(cluster: tuple[Kube, Prov
         30,
         "the manager's log lines",
     )
-    assert any("starting ome-manager" in str(line.get("msg") or line) for line in first), first
+    assert any("starting ome-manager" in str(line.get("message") or line) for line in first), first
     by_label = kube("logs", "-n", "ome", "-l", "control-plane=ome-controller-manager", "--tail=-1")
     assert "starting ome-manager" in by_label.stdout
     assert (

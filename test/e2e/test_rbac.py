@@ -109,7 +109,7 @@ def test_a_verb_taken_away_is_one_clear_403_line_in_the_managers_log(kube: Envir
             hits = []
             for line in (kube.manager_log_text() or "").splitlines()[before:]:
                 try:
-                    message = str(json.loads(line).get("msg", ""))
+                    message = str(json.loads(line).get("message", ""))
                 except ValueError:
                     message = line
                 if "403 Forbidden" in message and wanted in message:

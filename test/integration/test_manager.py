@@ -261,7 +261,7 @@ def identity_of(proc: subprocess.Popen[str]) -> str:
     assert proc.stderr is not None
     for line in proc.stderr:
         entry = json.loads(line)
-        if entry["msg"] == "starting ome-manager":
+        if entry["message"] == "starting ome-manager":
             # The start-up line names the version, and the commit of this checkout.
             assert entry["version"] == ome.__version__, entry
             assert entry.get("commit") == ome.source_commit(), entry
@@ -390,7 +390,7 @@ def test_the_webhook_flag_turns_the_admission_webhook_on_and_off(
     try:
         assert on.stderr is not None
         for line in on.stderr:
-            if json.loads(line)["msg"].startswith("serving admission webhooks on port "):
+            if json.loads(line)["message"].startswith("serving admission webhooks on port "):
                 break
         secret = eventually(
             lambda: rest.list(

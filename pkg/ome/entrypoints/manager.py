@@ -24,7 +24,7 @@ from ome.runtime.logs import configure_logging
 from ome.runtime.manager import Manager, ManagerOptions, default_identity
 from ome.runtime.rest import Rest
 from ome.runtime.serving import parse_bind_address
-from ome.runtime.tracing import configure_tracing
+from ome.runtime.tracing import TracingConfigError, configure_tracing
 from ome.tpuslice.config import ConfigError
 
 log = logging.getLogger("ome.manager")
@@ -174,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     if validity.total_seconds() <= 0:
         parser.error("--webhook-cert-validity: must be positive")
     configure_logging(args.log_format, args.log_level)
-    configure_tracing("ome-manager")
+    try:
+        configure_tracing("ome-manager")
+    except TracingConfigError as e:  # a bad OTEL_* variable: one line, not a traceback
+        log.error("cannot start: %s", e)
+        return 2
     identity = default_identity()
     try:
         rest = _rest(args.kubeconfig, identity)

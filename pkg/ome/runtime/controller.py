@@ -23,6 +23,7 @@ from ome.kube import JSON
 
 from .client import api_error, describe_error
 from .informer import DeletedFinalStateUnknown, EventHandler, Informer, deleted_object, object_key
+from .logs import reconcile_context
 from .workqueue import RateLimitingQueue
 
 log = logging.getLogger(__name__)
@@ -214,9 +215,12 @@ class Controller:
     def _reconcile_one(self, key: str) -> None:
         start = time.monotonic()
         outcome = "success"
-        with tracer.start_as_current_span(
-            f"reconcile {self.name}", attributes={"controller": self.name, "key": key}
-        ) as span:
+        with (
+            reconcile_context(self.name, key),  # its log lines name the object, as the span does
+            tracer.start_as_current_span(
+                f"reconcile {self.name}", attributes={"controller": self.name, "key": key}
+            ) as span,
+        ):
             try:
                 result = self.reconcile(key) or Result()
             except Exception as e:

@@ -441,7 +441,7 @@ def test_a_killed_manager_is_restarted_and_the_services_stay_ready(tmp_path: Pat
         assert run.managers() == [second]
 
         log = (tmp_path / "manager.log").read_text().splitlines()
-        messages = [json.loads(line)["msg"] for line in log]
+        messages = [json.loads(line)["message"] for line in log]
         assert messages.count("starting ome-manager") == 2
         separator = (
             "---------- ome-sim: restart 1: the manager exited with code -9 (killed by SIGKILL)"
