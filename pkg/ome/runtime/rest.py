@@ -93,6 +93,17 @@ class _GuardedHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = _GuardedHTTPSConnection
 
 
+# Named as urllib3's own, since their names are in the errors users read
+# (``HTTPConnectionPool(host='10.0.0.1', port=443): Max retries exceeded ...``).
+for _cls, _base in (
+    (_GuardedHTTPConnection, HTTPConnection),
+    (_GuardedHTTPSConnection, HTTPSConnection),
+    (_GuardedHTTPConnectionPool, HTTPConnectionPool),
+    (_GuardedHTTPSConnectionPool, HTTPSConnectionPool),
+):
+    _cls.__name__ = _cls.__qualname__ = _base.__name__
+
+
 class Rest:
     """Requests that send and return JSON dicts. Non-2xx answers raise ``ApiException``
     with the server's ``Status`` body, as the generated client does."""
