@@ -61,8 +61,7 @@ def replica(*runners: JSON, replicas: int = 1) -> JSON:
 VALID = replica(runner())
 IDLE_CHIPS = replica(runner(chips=2))
 IDLE_CHIPS_REASON = (
-    f"{E}: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, "
-    "which takes 2 pods"
+    f"{E}: 1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 2 pods"
 )
 
 

@@ -187,8 +187,8 @@ def test_component_reconcile_error_from_the_webhook_then_healed(walk: Shell) -> 
     walk(chips(2))
     message = eventually(lambda: walk.lines(events("ComponentReconcileError")), timeout=30)[0]
     assert message.endswith(
-        "pods cannot be placed on a provisioned slice: 1 pods x 2 chips do not fill topology "
-        "2x2x1: it is 4 chips on 1 hosts, which takes 2 pods"
+        "pods cannot be placed on a provisioned slice: 1 pod x 2 chips do not fill topology "
+        "2x2x1: it is 4 chips on 1 host, which takes 2 pods"
     ), message
     walk(chips(4))
     walk(WAIT)

@@ -85,8 +85,19 @@ def status(env: Env, name: str, index: int, *more: str) -> str:
 
 
 def slot_rows(env: Env, service: str) -> list[JSON]:
-    out = plugin(env.cluster, "slices", service, "-n", NS, "-o", "json").stdout
-    return list(json.loads(out)["items"])
+    """The rows of ``slices -o json``, a kubectl ``List``; ``-o yaml`` prints the same."""
+    args = ("slices", service, "-n", NS, "-o")
+    document = json.loads(plugin(env.cluster, *args, "json").stdout)
+    assert {k: v for k, v in document.items() if k != "items"} == {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+    }
+    as_yaml = yaml.safe_load(plugin(env.cluster, *args, "yaml").stdout)
+    assert as_yaml == document or (
+        [r["slice"] for r in as_yaml["items"]] == [r["slice"] for r in document["items"]]
+    )  # read twice: a row may change between the reads, not its slots
+    return list(document["items"])
 
 
 _MASKS = (
@@ -387,6 +398,7 @@ def test_bad_arguments_get_one_line_and_exit_1(env: Env, tmp_path: Path) -> None
     for entry in doc["clusters"]:
         entry["cluster"]["server"] = "https://127.0.0.1:1"
     closed.write_text(yaml.safe_dump(doc))
+    contexts = [c["name"] for c in doc["contexts"]]
     cases = {
         ("instance", "status", "nope", "0", "--component", "engine", "-n", NS): (
             'error: inferenceservice "nope" not found in namespace "qwen3-tpu"'
@@ -407,24 +419,29 @@ def test_bad_arguments_get_one_line_and_exit_1(env: Env, tmp_path: Path) -> None
             "error: argument INDEX: INDEX must be a non-negative integer, not 'x' "
             "(see 'kubectl ome instance status --help')"
         ),
-        ("instance", "status", "qwen3-tpu", "0"): (
-            "error: the following arguments are required: --component "
-            "(see 'kubectl ome instance status --help')"
-        ),
         ("slices", "nope", "-n", NS): (
             'error: inferenceservice "nope" not found in namespace "qwen3-tpu"'
         ),
-        ("slices", "-o", "yaml"): (
-            "error: argument -o/--output: invalid choice: 'yaml' (choose from 'table', 'wide', "
-            "'json') (see 'kubectl ome slices --help')"
+        ("slices", "-o", "xml"): (
+            "error: argument -o/--output: invalid choice: 'xml' (choose from 'table', 'wide', "
+            "'json', 'yaml') (see 'kubectl ome slices --help')"
+        ),
+        ("completion", "fish"): (
+            "error: argument SHELL: invalid choice: 'fish' (choose from 'bash', 'zsh') "
+            "(see 'kubectl ome completion --help')"
         ),
         ("--kubeconfig", str(garbage), "slices"): None,
         ("--kubeconfig", str(tmp_path / "missing"), "slices"): None,
-        ("--context", "elsewhere", "slices"): None,
+        ("--context", "nosuch", "slices"): (
+            f'error: context "nosuch" is not in {env.cluster.kubeconfig} (its contexts: '
+            f"{', '.join(contexts)})"
+        ),
+        ("--kubeconfig", str(closed), "--context", "nosuch", "slices"): (
+            f'error: context "nosuch" is not in {closed} (its contexts: {", ".join(contexts)})'
+        ),
         ("--kubeconfig", str(closed), "slices", "-n", NS): (
-            "error: cannot reach the API server at https://127.0.0.1:1: HTTPSConnection("
-            "host='127.0.0.1', port=1): Failed to establish a new connection: [Errno 111] "
-            "Connection refused"
+            "error: cannot reach the API server at https://127.0.0.1:1: Failed to establish a "
+            "new connection: [Errno 111] Connection refused"
         ),
         ("-A", "instance", "status", "qwen3-tpu", "0", "--component", "engine"): (
             "error: instance status reads one namespace: drop -A"
@@ -450,6 +467,29 @@ def test_bad_arguments_get_one_line_and_exit_1(env: Env, tmp_path: Path) -> None
         ("instance", "--help"),
         ("instance", "status", "--help"),
         ("slices", "--help"),
+        ("completion", "--help"),
     ):
         proc = plugin(env.cluster, *args)
         assert proc.stdout.startswith("usage: kubectl ome"), args
+    assert "-w, --watch" in plugin(env.cluster, "slices", "--help").stdout
+    assert "{table,wide,json,yaml}" in plugin(env.cluster, "slices", "--help").stdout
+    assert "completion" in plugin(env.cluster, "--help").stdout
+
+
+def test_instance_status_needs_no_component_when_the_service_has_one(env: Env) -> None:
+    apply_sample(env, "qwen3-tpu-isvc.yaml")
+    wait_ready(env, "qwen3-tpu")
+    alone = plugin(env.cluster, "instance", "status", "qwen3-tpu", "0", "-n", NS).stdout
+    assert alone == status(env, "qwen3-tpu", 0)  # the same as with --component engine
+    assert alone.splitlines()[1].split() == ["state", "Ready"]
+    docs = yaml.safe_load_all((SAMPLES / "qwen3-tpu-isvc.yaml").read_text())
+    service = next(d for d in docs if d["kind"] == "InferenceService")
+    service["metadata"]["name"] = "two-part"
+    service["spec"]["decoder"] = service["spec"]["engine"]
+    env.apply(service)
+    proc = plugin(env.cluster, "instance", "status", "two-part", "0", "-n", NS, check=False)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        'error: inferenceservice "two-part" has components engine, decoder: choose one with '
+        "--component\n"
+    )

@@ -80,8 +80,8 @@ def test_idle_chips_are_refused_at_the_replica_write_and_fixing_them_heals(env: 
 
     message = eventually(messages, timeout=30)[0]
     assert message.endswith(
-        "pods cannot be placed on a provisioned slice: 1 pods x 2 chips do not fill topology "
-        "2x2x1: it is 4 chips on 1 hosts, which takes 2 pods"
+        "pods cannot be placed on a provisioned slice: 1 pod x 2 chips do not fill topology "
+        "2x2x1: it is 4 chips on 1 host, which takes 2 pods"
     ), message
     assert f'admission webhook "{WEBHOOK}" denied the request' in message
     assert env.rows() == [] and env.pods() == [] and env.slices() == []

@@ -343,7 +343,7 @@ def test_an_invalid_demand_is_withheld_with_an_event(env: Env) -> None:
     messages = eventually(lambda: env.events("SliceDemandInvalid"), timeout=30)
     assert messages[0] == (
         "OMENative component=engine instance=0 withheld: pods cannot be placed on a provisioned slice: "
-        "1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, which takes 2 pods"
+        "1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 2 pods"
     )
     assert env.slices() == [] and env.pods() == []
 

@@ -64,8 +64,7 @@ RECYCLED = "it is released and provisioned again once no pod holds it"
 E = "pods cannot be placed on a provisioned slice"
 #: The B6 error of ``single(chips=2)``: one 2-chip pod cannot fill a 2x2x1 slice.
 BAD = (
-    f"{E}: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, "
-    "which takes 2 pods"
+    f"{E}: 1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 2 pods"
 )
 
 # -- the guide's configuration and demands -----------------------------------------------------

@@ -124,7 +124,7 @@ def test_a_failed_node_read_checks_the_demand_as_if_the_pool_were_provision_only
         pytest.param(
             single(chips=2),
             PROVISION_ONLY,
-            f"{E}: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, "
+            f"{E}: 1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, "
             "which takes 2 pods",
             id="chips do not fill",
         ),

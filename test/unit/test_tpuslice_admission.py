@@ -48,7 +48,7 @@ def test_the_denial_names_the_replica_and_the_controllers_own_reason() -> None:
     verdict, _ = run(next(c for c in CASES if c.id == "create-idle-chips"))
     assert verdict.message == (
         "InferenceReplica qwen3-tpu/qwen3-tpu-engine: pods cannot be placed on a provisioned "
-        "slice: 1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, which "
+        "slice: 1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which "
         "takes 2 pods"
     )
 

@@ -166,19 +166,25 @@ def test_pods_that_fill_the_topology_exactly_fit(topology: str, cph: int, pods: 
             "2x2x1",
             4,
             [2],
-            "1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, which takes 2 pods",
+            "1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 2 pods",
         ),
         (
             "2x2x2",
             4,
             [4],
-            "1 pods x 4 chips do not fill topology 2x2x2: it is 8 chips on 2 hosts, which takes 2 pods",
+            "1 pod x 4 chips do not fill topology 2x2x2: it is 8 chips on 2 hosts, which takes 2 pods",
         ),
         (
             "2x2x1",
             4,
             [4, 4],
-            "2 pods x 4 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, which takes 1 pods",
+            "2 pods x 4 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 1 pod",
+        ),
+        (
+            "2x2x1",
+            4,
+            [1],
+            "1 pod x 1 chip do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 4 pods",
         ),
     ],
 )
@@ -355,7 +361,7 @@ def test_a_failed_node_read_checks_as_if_the_pool_were_provision_only() -> None:
         ),
         pytest.param(
             [pod(chips=2)],
-            "1 pods x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 hosts, which takes 2 "
+            "1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 2 "
             "pods",
             id="B6.7 the issue's example",
         ),

@@ -1,27 +1,36 @@
 """``kubectl-ome``, the ``kubectl ome`` plugin (kubectl runs any ``kubectl-<name>`` on
 ``PATH``): parses the command line as kubectl does, reads the cluster and prints what
-``instance`` and ``slices`` build. It only reads.
+``instance`` and ``slices`` build. It only reads. ``slices -w`` watches what the view reads
+(informers) and prints the view again whenever it changes, until Ctrl-C; ``completion``
+prints a shell completion script (built by the ``completion`` module).
 
 Every failure is one line on standard error, ``error: ...``, and exit status 1: bad
-arguments, an unreadable kubeconfig, a missing service, component or index, an API error.
+arguments, an unreadable kubeconfig or a context it lacks, a missing service, component or
+index, an API error.
+
+``-o json`` and ``-o yaml`` print a list as kubectl does, a ``v1`` ``List`` of the items.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import kube_config
 from urllib3.exceptions import HTTPError
 
 from ome import VersionAction, user_agent, version_line
 from ome.api.v1beta1 import (
+    COMPONENTS,
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
     LABEL_INFERENCE_REPLICA,
@@ -33,11 +42,12 @@ from ome.controllers.setup import CONFIG_KEY, CONFIG_MAP
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import describe_error
+from ome.runtime.informer import EventHandler, InformerFactory, index_by_node_name
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS, Rest
 from ome.tpuslice import config as slice_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
-from . import instance, slices
+from . import completion, instance, slices
 
 PROG = "kubectl ome"
 
@@ -112,7 +122,10 @@ def build_parser() -> Parser:
     )
     st.add_argument("name", metavar="NAME", help="the InferenceService")
     st.add_argument("index", metavar="INDEX", type=_index, help="the Instance's index")
-    st.add_argument("--component", required=True, help="the component: engine, decoder or router")
+    st.add_argument(
+        "--component",
+        help="the component: engine, decoder or router (default: the service's only one)",
+    )
     st.add_argument(
         "-o",
         "--output",
@@ -140,9 +153,17 @@ def build_parser() -> Parser:
     sl.add_argument(
         "-o",
         "--output",
-        choices=("table", "wide", "json"),
+        choices=("table", "wide", "json", "yaml"),
         default="table",
-        help="table, wide (adds the holders that defer a release and the owner UID) or json",
+        help="table, wide (adds the holders that defer a release and the owner UID), json or "
+        "yaml (a List of the rows)",
+    )
+    sl.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="after the view, watch the Instances, Slices, nodes and pods it reads, and print "
+        "it again whenever it changes, until Ctrl-C (json and yaml: one List each time)",
     )
     sl.add_argument(
         "-A",
@@ -152,6 +173,16 @@ def build_parser() -> Parser:
         help="every namespace",
     )
     _connection_flags(sl, top=False)
+    comp = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash or zsh)",
+        description="Print a script that completes kubectl-ome's commands, flags and values "
+        "(contexts, namespaces and InferenceServices through kubectl). Bash: "
+        "source <(kubectl-ome completion bash), or save it in "
+        "~/.local/share/bash-completion/completions/kubectl-ome. Zsh: "
+        "source <(kubectl-ome completion zsh) in ~/.zshrc, after compinit.",
+    )
+    comp.add_argument("shell", metavar="SHELL", choices=completion.SHELLS, help="bash or zsh")
     return parser
 
 
@@ -174,12 +205,31 @@ def connect(kubeconfig: str | None, context: str | None) -> tuple[Rest, str]:
         )
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     except Exception as e:  # any malformed kubeconfig is the user's one-line error
+        names = _context_names(kubeconfig)
+        if context is not None and names is not None and context not in names:
+            raise CommandError(
+                f'context "{context}" is not in {where} (its contexts: '
+                f"{', '.join(names) or 'none'})"
+            ) from None
         raise CommandError(f"cannot load {where}: {_first_line(e)}") from None
     chosen = (
         next((c for c in contexts or [] if c.get("name") == context), None) if context else active
     )
     namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
     return Rest(client.ApiClient(cfg), user_agent=user_agent("kubectl-ome")), namespace
+
+
+def _context_names(kubeconfig: str | None) -> list[str] | None:
+    """The names of the kubeconfig's contexts (every file of ``$KUBECONFIG`` merged, as the
+    client reads them), or ``None`` when it cannot be read."""
+    try:
+        merged = kube_config.KubeConfigMerger(  # type: ignore[no-untyped-call]
+            kubeconfig or kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+        ).config
+        contexts = merged.value.get("contexts") if merged is not None else None
+        return [str(getattr(c, "value", c).get("name")) for c in contexts or []]
+    except Exception:  # unreadable: the caller reports the loader's own error
+        return None
 
 
 def _first_line(error: BaseException) -> str:
@@ -193,7 +243,12 @@ def _api_error(error: BaseException, server: str) -> str:
     if isinstance(error, ApiException):
         return f"the API server at {server} answered {describe_error(error)}"
     reason = getattr(error, "reason", None) or error
-    return f"cannot reach the API server at {server}: {_first_line(reason)}"
+    return f"cannot reach the API server at {server}: {_CONNECTION.sub('', _first_line(reason))}"
+
+
+#: The connection's repr urllib3 puts before why it failed (``HTTPSConnection(host='h',
+#: port=1): ``): the client's internals, which say nothing the server's address does not.
+_CONNECTION = re.compile(r"^\w*Connection\(host=.*?, port=\d+\): ")
 
 
 def _get(rest: Rest, res: Any, name: str, namespace: str | None) -> JSON | None:
@@ -239,8 +294,37 @@ def _service(rest: Rest, name: str, namespace: str) -> JSON:
     return found
 
 
+def _component(service: JSON, given: str | None) -> str:
+    """The component ``--component`` names, else the service's only one."""
+    if given:
+        return given
+    spec = service.get("spec") or {}
+    present = [c for c in COMPONENTS if isinstance(spec, dict) and spec.get(c) is not None]
+    name = (service.get("metadata") or {}).get("name")
+    if len(present) == 1:
+        return present[0]
+    if not present:
+        raise CommandError(f'inferenceservice "{name}" has no component: nothing to show')
+    raise CommandError(
+        f'inferenceservice "{name}" has components {", ".join(present)}: choose one with '
+        "--component"
+    )
+
+
+def _list_document(items: list[JSON]) -> JSON:
+    """A list as kubectl prints one under ``-o json`` or ``-o yaml``: a ``v1`` ``List``."""
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+
+
+def _dump(document: JSON, output: str) -> str:
+    """``document`` as ``-o json`` (indented as kubectl's) or ``-o yaml`` prints it."""
+    if output == "yaml":
+        return str(yaml.safe_dump(document, sort_keys=False))
+    return json.dumps(document, indent=2) + "\n"
+
+
 def instance_status(rest: Rest, args: argparse.Namespace, namespace: str) -> str:
-    _service(rest, args.name, namespace)
+    args.component = _component(_service(rest, args.name, namespace), args.component)
     replica_name = f"{args.name}-{args.component}"
     replica = _get(rest, INFERENCE_REPLICAS, replica_name, namespace)
     if replica is None:
@@ -273,33 +357,34 @@ def instance_status(rest: Rest, args: argparse.Namespace, namespace: str) -> str
         datetime.now(UTC),
         _slice_label(rest, args.ome_namespace),
     )
-    if args.output == "json":
-        return json.dumps(view.document, indent=2) + "\n"
-    if args.output == "yaml":
-        return str(yaml.safe_dump(view.document, sort_keys=False))
+    if args.output in ("json", "yaml"):
+        return _dump(view.document, args.output)
     return view.table(wide=args.output == "wide")
 
 
-def slices_view(rest: Rest, args: argparse.Namespace, namespace: str | None) -> str:
+def _slices_config(rest: Rest, args: argparse.Namespace, namespace: str | None) -> Config:
+    """Check the arguments against the cluster and read the manager's config (once: the
+    manager reads it at start)."""
     if args.service and namespace is None:
         raise CommandError("ISVC names a service of one namespace: drop -A, or use -n")
     if args.service:
         _service(rest, args.service, namespace or "")
-    cfg = _load_config(rest, args.ome_namespace)
-    selector = f"{LABEL_INFERENCE_SERVICE}={args.service}" if args.service else None
-    replicas = rest.list_all(INFERENCE_REPLICAS, namespace, label_selector=selector)[0]
-    try:
-        all_slices = rest.list_all(gke.SLICES)[0]
-    except ApiException as e:
-        if e.status == 404:
-            raise CommandError(
-                f"this cluster does not serve {gke.API_VERSION} {gke.KIND}: no TPU slices"
-            ) from None
-        raise
-    nodes = rest.list_all(NODES)[0]
-    ours = rest.list_all(
-        PODS, namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}"
-    )[0]
+    return _load_config(rest, args.ome_namespace)
+
+
+def _replica_selector(args: argparse.Namespace) -> str | None:
+    return f"{LABEL_INFERENCE_SERVICE}={args.service}" if args.service else None
+
+
+def _world(
+    cfg: Config,
+    all_slices: list[JSON],
+    nodes: list[JSON],
+    ours: list[JSON],
+    pods_on: Callable[[str], list[JSON]],
+) -> slices.World:
+    """What the view joins, from the Slices, the nodes, OME's pods (``ours``) and the pods
+    bound to a host (``pods_on``)."""
     by_replica: dict[str, list[JSON]] = {}
     for pod in ours:
         meta = pod.get("metadata") or {}
@@ -313,25 +398,133 @@ def slices_view(rest: Rest, args: argparse.Namespace, namespace: str | None) -> 
             if ((n.get("metadata") or {}).get("labels") or {}).get(cfg.slice_label)
         }
     )
-    host_pods = {
-        h: rest.list_all(PODS, None, field_selector=f"spec.nodeName={h}")[0] for h in hosts
-    }
-    world = slices.World(tuple(all_slices), tuple(nodes), by_replica, host_pods)
-    now = datetime.now(UTC)
-    found = slices.rows(replicas, world, cfg, now)
-    if args.output == "json":
-        return json.dumps({"items": [r.document() for r in found]}, indent=2) + "\n"
-    if not found:
+    host_pods = {h: pods_on(h) for h in hosts}
+    return slices.World(tuple(all_slices), tuple(nodes), by_replica, host_pods)
+
+
+def _slice_rows(
+    rest: Rest, args: argparse.Namespace, namespace: str | None, cfg: Config
+) -> list[slices.SlotRow]:
+    """The view's rows, read with one list of each resource."""
+    replicas, _ = rest.list_all(
+        INFERENCE_REPLICAS, namespace, label_selector=_replica_selector(args)
+    )
+    try:
+        all_slices = rest.list_all(gke.SLICES)[0]
+    except ApiException as e:
+        if e.status == 404:
+            raise CommandError(
+                f"this cluster does not serve {gke.API_VERSION} {gke.KIND}: no TPU slices"
+            ) from None
+        raise
+    nodes = rest.list_all(NODES)[0]
+    ours = rest.list_all(
+        PODS, namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}"
+    )[0]
+    world = _world(
+        cfg,
+        all_slices,
+        nodes,
+        ours,
+        lambda h: rest.list_all(PODS, None, field_selector=f"spec.nodeName={h}")[0],
+    )
+    return slices.rows(replicas, world, cfg, datetime.now(UTC))
+
+
+def _print_slices(
+    found: list[slices.SlotRow], args: argparse.Namespace, namespace: str | None
+) -> None:
+    """Write the view: a List under json and yaml; a table, or the one line that says there
+    is none (on standard error, as kubectl's ``No resources found``)."""
+    if args.output in ("json", "yaml"):
+        sys.stdout.write(_dump(_list_document([r.document() for r in found]), args.output))
+    elif not found:
         where = "any namespace" if namespace is None else f"namespace {namespace}"
         sys.stderr.write(f"No TPU slice slots found in {where}.\n")
-        return ""
-    return slices.render(found, now, wide=args.output == "wide", namespaces=namespace is None)
+    else:
+        now = datetime.now(UTC)
+        sys.stdout.write(
+            slices.render(found, now, wide=args.output == "wide", namespaces=namespace is None)
+        )
+    sys.stdout.flush()
+
+
+def slices_view(rest: Rest, args: argparse.Namespace, namespace: str | None) -> None:
+    cfg = _slices_config(rest, args, namespace)
+    found = _slice_rows(rest, args, namespace, cfg)
+    _print_slices(found, args, namespace)
+    if args.watch:
+        watch_slices(rest, args, namespace, cfg, found)
+
+
+def watch_slices(
+    rest: Rest,
+    args: argparse.Namespace,
+    namespace: str | None,
+    cfg: Config,
+    shown: list[slices.SlotRow],
+) -> None:
+    """``slices -w``: informers on everything the view reads (the replicas, Slices, nodes and
+    pods); after any of them changes, the rows are built again from their caches and printed
+    when they differ from the last printed (a table again, after a blank line; one more List
+    under json, one more YAML document under yaml). Returns only by an exception: Ctrl-C's
+    ``KeyboardInterrupt``, which ``main`` turns into exit status 0."""
+    factory = InformerFactory(rest)
+    replicas = factory.informer(INFERENCE_REPLICAS, namespace, _replica_selector(args))
+    slice_objects = factory.informer(gke.SLICES)
+    nodes = factory.informer(NODES)
+    pods = factory.informer(PODS)  # every namespace's: the pods holding a Slice's hosts (G2)
+    pods.add_indexer("node", index_by_node_name)
+    changed = threading.Event()
+    handler = EventHandler(
+        on_add=lambda _obj: changed.set(),
+        on_update=lambda _old, _new: changed.set(),
+        on_delete=lambda _obj: changed.set(),
+    )
+    for informer in factory.informers():
+        informer.add_handler(handler)
+    factory.start()
+    try:
+        factory.wait_for_sync()  # retries (and logs) until every list succeeds; Ctrl-C ends it
+        changed.set()  # what changed between the first view and the informers' lists
+        while True:
+            changed.wait()
+            changed.clear()
+            ours = [
+                p
+                for p in pods.peek_list()
+                if ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_MANAGED_BY)
+                == MANAGED_BY_OMENATIVE
+                and (namespace is None or (p.get("metadata") or {}).get("namespace") == namespace)
+            ]
+            world = _world(
+                cfg,
+                slice_objects.peek_list(),
+                nodes.peek_list(),
+                ours,
+                lambda h: pods.by_index("node", h),
+            )
+            found = slices.rows(replicas.peek_list(), world, cfg, datetime.now(UTC))
+            if found == shown:
+                continue
+            if args.output == "yaml":
+                sys.stdout.write("---\n")
+            elif args.output != "json" and shown and found:  # a table after a table
+                sys.stdout.write("\n")
+            shown = found
+            _print_slices(found, args, namespace)
+    finally:
+        for informer in factory.informers():
+            informer.stop(timeout=1.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "version":  # needs no cluster
         sys.stdout.write(version_line("kubectl-ome") + "\n")
+        return 0
+    if args.command == "completion":  # needs no cluster either
+        sys.stdout.write(completion.script(args.shell, build_parser()))
         return 0
     if args.command == "instance" and args.all_namespaces:
         sys.stderr.write("error: instance status reads one namespace: drop -A\n")
@@ -342,14 +535,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = str(rest.api_client.configuration.host)
         namespace = args.namespace or context_namespace
         if args.command == "instance":
-            out = instance_status(rest, args, namespace)
+            sys.stdout.write(instance_status(rest, args, namespace))
         else:
-            out = slices_view(rest, args, None if args.all_namespaces else namespace)
+            slices_view(rest, args, None if args.all_namespaces else namespace)
     except CommandError as e:
         sys.stderr.write(f"error: {e}\n")
         return 1
     except (ApiException, HTTPError, OSError) as e:
         sys.stderr.write(f"error: {_api_error(e, server)}\n")
         return 1
-    sys.stdout.write(out)
+    except KeyboardInterrupt:  # Ctrl-C ends slices -w, as it ends kubectl get -w
+        return 0 if getattr(args, "watch", False) else 130
     return 0

@@ -1,8 +1,11 @@
 """``ome-manager check-config FILE``: check a ``tpuSliceProvisioning`` block before deploying it.
 
-It reads one file (or standard input) and prints ``config.parse``'s verdict; it never talks to
-a cluster and adds no configuration rule or message of its own. Whatever the input, it prints
-one verdict, quickly, and never a traceback.
+It reads one file (or standard input): the JSON block itself, a Helm values file, or the
+inferenceservice-config ConfigMap's manifest; and prints ``config.parse``'s verdict on the
+block. It never talks to a cluster and adds no configuration rule of its own; its only
+messages of its own say what it found when the file holds no block at all (``NOT_AN_OBJECT``)
+or a ConfigMap entry that is no string. Whatever the input, it prints one verdict, quickly,
+and never a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any, TextIO
 
 import yaml
 
+from ome.controllers.setup import CONFIG_KEY, CONFIG_MAP
 from ome.tpuslice.config import (
+    EXPECTED_OBJECT,
     INVALID_CONFIG,
     MAX_DEPTH,
     TOO_DEEP,
@@ -29,6 +34,27 @@ from ome.tpuslice.config import (
 PROG = "ome-manager check-config"
 VALUES_PATH = ("ome", "controller", "tpuSliceProvisioning")
 OFF = "ok: " + ".".join(VALUES_PATH) + " is not set, so TPU slice provisioning is off"
+#: A ConfigMap manifest is recognised by its ``kind``; the block is its ``data`` entry.
+CONFIG_MAP_KIND = "ConfigMap"
+OFF_CONFIG_MAP = (
+    f"ok: the ConfigMap has no data.{CONFIG_KEY} entry, so TPU slice provisioning is off"
+)
+
+
+def not_an_object(got: str) -> str:
+    """What check-config says, in place of ``parse``'s ``EXPECTED_OBJECT``, of a file that
+    holds no block at all, with what it holds."""
+    return (
+        f"{EXPECTED_OBJECT} (the {CONFIG_KEY} block), a Helm values file or a "
+        f"{CONFIG_MAP_KIND} manifest, got {got}"
+    )
+
+
+def not_a_string(got: str) -> str:
+    """A ConfigMap's entry that is no string: ConfigMap data holds text, the JSON block."""
+    return (
+        f"{CONFIG_MAP_KIND} data.{CONFIG_KEY}: expected a string holding the JSON block, got {got}"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,9 +62,10 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "Check a tpuSliceProvisioning configuration as the manager reads it at start. FILE "
-            "holds the JSON block itself, or a Helm values file with the block under "
+            "holds the JSON block itself, a Helm values file with the block under "
             + ".".join(VALUES_PATH)
-            + ". Prints ok, or every error one per line."
+            + f", or the {CONFIG_MAP} ConfigMap's manifest (YAML or JSON) with the block in "
+            f"data.{CONFIG_KEY}. Prints ok, or every error one per line."
         ),
         epilog="Exit status: 0 valid, 1 invalid, 2 usage error (such as an unreadable FILE).",
     )
@@ -80,18 +107,24 @@ def main(
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         _print(f"{PROG}: error: cannot read {shown}: {reason}", stderr)
         return 2
+    written: str = text
+    block: str | None = None
+    off = OFF
     try:
-        block = config_block(text)
+        block, off = read_block(text)
         settings = None if block is None else parse(block)
     except ConfigError as err:
+        errors = list(err.errors)
+        if errors == [EXPECTED_OBJECT] and block is text:  # the file as written: no block
+            errors = [not_an_object(what_it_holds(written))]
         _print(f"{INVALID_CONFIG}:", stdout)
-        for error in err.errors:
+        for error in errors:
             _print(error, stdout)
         return 1
     except _ExcessiveAliasingError as err:  # Helm cannot read it either
         _print(f"{PROG}: error: cannot read {shown}: {err}", stderr)
         return 2
-    _print("ok" if settings is not None else OFF, stdout)
+    _print("ok" if settings is not None else off, stdout)
     return 0
 
 
@@ -106,9 +139,16 @@ def _read(path: str) -> str:
 
 
 def config_block(text: str) -> str | None:
-    """The JSON text to check: ``text`` itself, or the block of a Helm values file, re-encoded
-    as JSON as the chart writes it (``None`` when the values file does not set it); a block
-    given there as a string is taken as that JSON text.
+    """The JSON text to check (``read_block``'s)."""
+    return read_block(text)[0]
+
+
+def read_block(text: str) -> tuple[str | None, str]:
+    """The JSON text to check, and the ``ok`` line for a file that turns provisioning off:
+    ``text`` itself; or the block of a Helm values file, re-encoded as JSON as the chart
+    writes it (``None`` when the values file does not set it), a block given there as a
+    string being taken as that JSON text; or a ConfigMap manifest's ``data`` entry (``None``
+    when it has none; ``ConfigError`` when it is no string).
 
     A values file is YAML whose top level is a mapping with an ``ome`` key; that key is never a
     field of the block itself, so a JSON block (also YAML) is always checked as written, and
@@ -119,26 +159,74 @@ def config_block(text: str) -> str | None:
     YAML that is no values file, or cannot be read, is checked as written too; so is YAML
     nested deeper than a block may be (``MAX_DEPTH``) outside its block. A block nested deeper
     than that, in YAML or through aliases, raises ``ConfigError`` with ``TOO_DEEP``."""
-    if (VALUES_PATH[0] not in text and "\\" not in text) or _is_json_block(text):
-        return text
+    maybe_other = VALUES_PATH[0] in text or CONFIG_MAP_KIND in text or "\\" in text
+    if not maybe_other or _is_json_block(text):
+        return text, OFF
     try:
         values = yaml.load(text, Loader=_ValuesLoader)
     except _TooDeepError as deep:
         if deep.in_block:
             raise ConfigError([TOO_DEEP]) from None
-        return text
+        return text, OFF
     except (yaml.YAMLError, ValueError):
-        return text
+        return text, OFF
+    if isinstance(values, dict) and values.get("kind") == CONFIG_MAP_KIND:
+        data = values.get("data")
+        entry = data.get(CONFIG_KEY) if isinstance(data, dict) else None
+        if entry is None:
+            return None, OFF_CONFIG_MAP
+        if not isinstance(entry, str):
+            raise ConfigError([not_a_string(_kind(entry))])
+        return entry, OFF_CONFIG_MAP
     if not isinstance(values, dict) or VALUES_PATH[0] not in values:
-        return text
+        return text, OFF
     block: Any = values
     for key in VALUES_PATH:
         block = block.get(key) if isinstance(block, dict) else None
     if block is None or block in ({}, ""):
-        return None
+        return None, OFF
     if isinstance(block, str):
-        return block
-    return _block_json(block, budget=_VALUES_PER_CHARACTER * len(text) + 100)
+        return block, OFF
+    return _block_json(block, budget=_VALUES_PER_CHARACTER * len(text) + 100), OFF
+
+
+def what_it_holds(text: str) -> str:
+    """What a file that is no JSON object holds, in a few words (``a list``, ``a Deployment
+    manifest``), for ``not_an_object``."""
+    if text.startswith("\ufeff"):  # JSON forbids it, and the manager reads JSON
+        return "text that starts with a byte order mark"
+    if too_deep(text):
+        return "a document nested too deep"
+    try:
+        return _kind(json.loads(text))
+    except (ValueError, RecursionError):
+        pass
+    try:
+        documents = list(yaml.load_all(text, Loader=_ValuesLoader))
+    except Exception:  # any YAML error, or hostile YAML: it is no YAML check-config reads
+        return "text that is neither JSON nor YAML"
+    if len(documents) != 1:
+        return f"{len(documents)} YAML documents"
+    if isinstance(documents[0], dict) and not isinstance(documents[0].get("kind"), str):
+        return f"a YAML mapping without an {VALUES_PATH[0]} key (the block itself must be JSON)"
+    return _kind(documents[0])
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        kind = value.get("kind")
+        return f"a {kind} manifest" if isinstance(kind, str) and kind else "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float | _Literal):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
 
 
 def _is_json_block(text: str) -> bool:
@@ -149,7 +237,11 @@ def _is_json_block(text: str) -> bool:
         value = json.loads(text, parse_int=len, parse_float=len)  # only the keys matter
     except (ValueError, RecursionError):
         return False
-    return isinstance(value, dict) and VALUES_PATH[0] not in value
+    return (
+        isinstance(value, dict)
+        and VALUES_PATH[0] not in value
+        and value.get("kind") != CONFIG_MAP_KIND
+    )
 
 
 #: Text without aliases holds at most about one and a half values a character (``{a, b}``).

@@ -137,9 +137,15 @@ def tile(topology: Topology, chips_per_host: int, pod_chips: list[int]) -> None:
         raise ShapeError(f"{n} chips per pod do not divide a {chips_per_host}-chip host exactly")
     if len(pod_chips) * n != topology.chips:
         raise ShapeError(
-            f"{len(pod_chips)} pods x {n} chips do not fill topology {topology}: it is "
-            f"{topology.chips} chips on {host_count} hosts, which takes {topology.chips // n} pods"
+            f"{_count(len(pod_chips), 'pod')} x {_count(n, 'chip')} do not fill topology "
+            f"{topology}: it is {_count(topology.chips, 'chip')} on {_count(host_count, 'host')}, "
+            f"which takes {_count(topology.chips // n, 'pod')}"
         )
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 pod``, ``2 pods``: a count and its noun, singular for one."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 # -- B5: the shape a pod selects --------------------------------------------------------------
