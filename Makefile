@@ -10,7 +10,7 @@ UV := $(shell hack/uv.sh --path)
 export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: setup lock version test pythons lint run stress long bench soak soak-check e2e-kube \
-	kube-binaries crds clean image image-test kind-e2e
+	kube-binaries crds clean image image-test kind-e2e chart-schema alerts
 
 # The product and the stage, editable, with the test tools, exactly as uv.lock has them
 # (--locked: it fails when pyproject.toml and the lock disagree; `make lock` mends that).
@@ -50,6 +50,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m ome.api.crdgen --check config/crd
+	$(BIN)/python -m ome.entrypoints.chartschema --check charts/ome-resources/values.schema.json
 	for script in hack/*.sh hack/lib/*.sh .ci/run; do bash -n "$$script" || exit 1; done
 	$(BIN)/shellcheck hack/*.sh hack/lib/*.sh .ci/run
 	$(BIN)/hadolint Dockerfile
@@ -96,8 +97,8 @@ long: setup
 # kube-controller-manager built from their Go modules (hack/e2e-kube.sh says how). The first
 # run builds them (about 7 minutes on two cores, cached machine-wide); then about 5 minutes.
 # Without Go it says so and succeeds; `make test` never needs it.
-# Provisioning at scale (ome-sim bench): about 20 minutes; ARGS=--quick runs the CI's
-# 3-minute version. The JSON report goes to .ome/bench/.
+# Provisioning at scale (ome-sim bench): about 8 minutes on two cores; ARGS=--quick runs the
+# CI's 2-minute version. The JSON report goes to .ome/bench/.
 bench: setup
 	$(BIN)/ome-sim bench $(ARGS)
 
@@ -116,11 +117,23 @@ soak-check: setup
 e2e-kube: setup
 	BIN=$(BIN) hack/e2e-kube.sh
 
+# The chart's alerts: Prometheus' promtool built from its Go module (hack/promtool.sh; about
+# 5 minutes the first time, cached machine-wide), then `promtool check rules` and `promtool
+# test rules` (test/alerts/alerts_test.yaml fires and clears each alert); seconds when warm.
+alerts: setup
+	hack/promtool.sh >/dev/null
+	$(BIN)/python -m pytest test/unit/test_alerts.py
+
 # Regenerate config/crd from pkg/ome/api/v1beta1.py, and the chart's copies of them
 # (test/unit/test_chart.py fails when the two differ).
 crds: setup
 	$(BIN)/python -m ome.api.crdgen config/crd
 	cp config/crd/ome.io_*.yaml charts/ome-resources/crds/
+
+# Regenerate charts/ome-resources/values.schema.json (the tpuSliceProvisioning block's part from
+# the manager's parser; `make lint` fails when it is stale).
+chart-schema: setup
+	$(BIN)/python -m ome.entrypoints.chartschema charts/ome-resources/values.schema.json
 
 # Build (once) the control plane binaries into ~/.cache/ome-tpu-slices/kube/<version>/.
 kube-binaries:

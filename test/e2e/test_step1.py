@@ -7,9 +7,11 @@ the chart's path for its OCI reference and ``values.yaml`` the guide's block
 Skipped where the manager runs beside the cluster rather than in a pod (the embedded
 default): there is no Deployment to roll there.
 
-The invalid values of "The manager doesn't start after the upgrade" are a missing
-``chipResource`` and the topology ``2x1x1``: 2 chips, not a whole number of the 4-chip hosts
-(the issue's ``2x2x3`` is 12 chips, three whole hosts, which the configuration accepts).
+The invalid values of "The manager doesn't start after the upgrade" are a ``chipResource``
+that is not a qualified name and the topology ``2x1x1``: 2 chips, not a whole number of the
+4-chip hosts (the issue's ``2x2x3`` is 12 chips, three whole hosts, which the configuration
+accepts). A block with a field missing never reaches the pod: the chart's values.schema.json
+makes ``helm upgrade`` refuse it, naming the field, and nothing changes.
 """
 
 from __future__ import annotations
@@ -178,8 +180,17 @@ def test_the_manager_doesnt_start_after_a_bad_upgrade_and_the_old_one_keeps_serv
     guide.run(ROLLOUT)
     serving = guide.ready_pods()
 
-    def broken(block: dict) -> None:
+    def incomplete(block: dict) -> None:
         del block["chipResource"]
+
+    guide.values(incomplete)
+    refused = guide.run(UPGRADE, check=False)
+    assert refused.returncode != 0
+    assert "missing property 'chipResource'" in refused.stderr, refused.stderr
+    assert guide.ready_pods() == serving  # refused before anything reached the cluster
+
+    def broken(block: dict) -> None:
+        block["chipResource"] = "google.com/tpu chips"
         block["accelerators"]["tpu7x"]["topologies"] = ["2x2x1", "2x1x1"]
 
     guide.values(broken)
@@ -194,7 +205,7 @@ def test_the_manager_doesnt_start_after_a_bad_upgrade_and_the_old_one_keeps_serv
     logs = guide.env.kubectl("logs", "-n", "ome", crashing, check=False).stdout
     logs += guide.env.kubectl("logs", "-n", "ome", crashing, "--previous", check=False).stdout
     assert "Failed to initialize TPU slice provisioning configuration" in logs, logs
-    assert "chipResource: required" in logs, logs
+    assert 'chipResource: "google.com/tpu chips" is not a qualified name' in logs, logs
     assert "topology 2x1x1 is 2 chips, not a whole number of 4-chip hosts" in logs, logs
     assert guide.ready_pods() == serving  # the old manager was not taken away
 

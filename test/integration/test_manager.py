@@ -116,6 +116,13 @@ def elected_manager(cluster: Cluster, who: str, tracker: Tracker) -> Manager:
     return manager
 
 
+def leader_status(manager: Manager) -> float | None:
+    """What the manager's metrics say of its leadership (client-go's gauge)."""
+    return manager.registry.get_sample_value(
+        "leader_election_master_status", {"name": "ome-controller-manager"}
+    )
+
+
 def test_exactly_one_manager_reconciles_and_the_other_takes_over(cluster: Cluster) -> None:
     rest = Rest(cluster.api)
     tracker = Tracker()
@@ -127,8 +134,10 @@ def test_exactly_one_manager_reconciles_and_the_other_takes_over(cluster: Cluste
             rest.create(CONFIGMAPS, configmap(f"c{i}"), "default")
         eventually(lambda: tracker.done.get("manager-a", 0) >= 40, timeout=20)
         assert not b.manager.is_leader() and tracker.done.get("manager-b", 0) == 0
+        assert (leader_status(a.manager), leader_status(b.manager)) == (1.0, 0.0)
         assert a.halt() == EXIT_OK  # a graceful stop releases the lease
         eventually(b.manager.is_leader, timeout=5)
+        assert (leader_status(a.manager), leader_status(b.manager)) == (0.0, 1.0)
         rest.create(CONFIGMAPS, configmap("after"), "default")
         eventually(lambda: tracker.done.get("manager-b", 0) >= 1, timeout=10)
         assert tracker.violations == 0

@@ -42,6 +42,11 @@ HELM_LABELS = {
     "app.kubernetes.io/instance": RELEASE,
 }
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
+#: What the chart adds to config/default's objects with its default values (values.yaml's
+#: priorityClassName says why): the manager pods' priority class, and the ResourceQuota GKE
+#: needs to admit pods of that class in the namespace. config/ has neither.
+PRIORITY_CLASS = "system-cluster-critical"
+CHART_ONLY = {("ResourceQuota", "ome-critical-pods")}
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 JSON = dict[str, Any]
@@ -169,6 +174,16 @@ def key(obj: JSON) -> tuple[str, str]:
     return obj["kind"], obj["metadata"]["name"]
 
 
+def as_configs(obj: JSON, theirs: JSON) -> JSON:
+    """``obj`` less the Helm metadata and, on the Deployment, the chart's priorityClassName
+    when config/'s (``theirs``) has none: the chart's one default config/ lacks."""
+    obj = without_helm_metadata(obj)
+    spec = obj["spec"]["template"]["spec"] if obj["kind"] == "Deployment" else {}
+    if spec and "priorityClassName" not in theirs["spec"]["template"]["spec"]:
+        assert spec.pop("priorityClassName", None) == PRIORITY_CLASS
+    return obj
+
+
 # -- lint, CRDs, the objects of config/ -------------------------------------------------------
 
 
@@ -211,10 +226,10 @@ def test_with_default_values_it_renders_config_default_apart_from_helm_metadata(
         for d in config_objects()
         if d["kind"] not in ("CustomResourceDefinition", "Namespace")
     }
-    ours = {key(d): without_helm_metadata(d) for d in render()}
-    assert sorted(ours) == sorted(theirs)
+    ours = {key(d): d for d in render()}
+    assert sorted(ours) == sorted([*theirs, *CHART_ONLY])
     for k, want in theirs.items():
-        assert ours[k] == want, f"{k[0]} {k[1]} differs from config/'s"
+        assert as_configs(ours[k], want) == want, f"{k[0]} {k[1]} differs from config/'s"
 
 
 def test_the_crds_of_config_default_are_the_charts() -> None:
@@ -279,7 +294,7 @@ def test_the_deployment_is_config_managers_apart_from_helm_metadata() -> None:
     ):
         assert container[field] == wanted[field], f"container {field} differs"
     assert ours["spec"]["strategy"] == theirs["spec"]["strategy"]
-    assert without_helm_metadata(ours) == theirs
+    assert as_configs(ours, theirs) == theirs
 
 
 # -- the ConfigMap and checksum/config --------------------------------------------------------
@@ -332,7 +347,8 @@ def test_a_string_value_is_written_as_the_json_text_it_is() -> None:
 
 
 def test_json_that_needs_escaping_in_yaml_survives() -> None:
-    block = {"slice": {"annotations": {"a": 'it\'s "quoted"\nand: \\ #not a comment'}}}
+    block = json.loads(GUIDE_CONFIG_JSON)
+    block["slice"]["annotations"]["example.com/a"] = 'it\'s "quoted"\nand: \\ #not a comment'
     cm = configmap(render("--set-json", f"ome.controller.tpuSliceProvisioning={json.dumps(block)}"))
     assert json.loads(cm["data"]["tpuSliceProvisioning"]) == block
 
@@ -426,7 +442,8 @@ def test_every_object_keeps_configs_labels_and_gets_the_helm_ones() -> None:
     theirs = {key(d): d["metadata"].get("labels", {}) for d in config_objects()}
     for doc in render(values=SAMPLE_VALUES):
         labels = doc["metadata"]["labels"]
-        assert theirs[key(doc)].items() <= labels.items(), key(doc)
+        assert theirs.get(key(doc), {}).items() <= labels.items(), key(doc)
+        assert key(doc) in theirs or key(doc) in CHART_ONLY, key(doc)
         assert HELM_LABELS.items() <= labels.items(), key(doc)
 
 
@@ -531,10 +548,14 @@ def test_pod_annotations_cannot_override_the_charts_own() -> None:
     assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "manager"
 
 
+#: Kubernetes objects with defaults, which the README documents as a whole.
+WHOLE_VALUES = ("resources", "podSecurityContext", "securityContext")
+
+
 def _leaves(values: JSON, prefix: str = "") -> Iterator[str]:
     for k, v in values.items():
         path = f"{prefix}{k}"
-        if isinstance(v, dict) and v and k not in ("resources",):
+        if isinstance(v, dict) and v and path not in WHOLE_VALUES:
             yield from _leaves(v, path + ".")
         else:
             yield path
@@ -551,3 +572,23 @@ def test_the_readme_lists_every_value_and_the_install_command() -> None:
         "helm upgrade --install ome oci://ghcr.io/moirai-internal/charts/ome-resources \\\n"
         f"  --namespace ome --version {__version__} -f values.yaml"
     ) in readme
+
+
+def _readme_rows() -> dict[str, str]:
+    """The README's values table: each value's name to its Default cell, less the backticks."""
+    readme = (CHART / "README.md").read_text()
+    return {
+        name: default.strip().strip("`")
+        for name, default in re.findall(r"^\| `([^`]+)` \| ([^|]+) \|", readme, re.MULTILINE)
+    }
+
+
+def test_the_readmes_defaults_are_values_yamls() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    rows = _readme_rows()
+    assert rows.pop("ome.controller.tpuSliceProvisioning") == "unset"
+    for name, default in rows.items():
+        value: Any = values
+        for part in name.split("."):
+            value = value[part]
+        assert yaml.safe_load(default) == value, f"README.md says {name} is {default}"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -1072,6 +1073,70 @@ def test_manager_dispatches_check_config(
     assert capsys.readouterr().out == "ok\n"
 
 
+SAMPLE_CONFIG_MAP = (
+    Path(__file__).resolve().parents[2] / "config/samples/inferenceservice-config.yaml"
+)
+
+
+def test_check_config_checks_the_block_of_the_sample_configmap(tmp_path: Path) -> None:
+    assert run_check([str(SAMPLE_CONFIG_MAP)]) == (0, "ok\n", "")
+    manifest = yaml.safe_load(SAMPLE_CONFIG_MAP.read_text())
+    manifest["data"]["tpuSliceProvisioning"] = GUIDE_CONFIG_JSON.replace(
+        '"chipsPerHost":4', '"chipsPerHost":0'
+    )
+    as_json = tmp_path / "configmap.json"  # as kubectl get -o json prints it
+    as_json.write_text(json.dumps(manifest))
+    assert run_check([str(as_json)]) == (
+        1,
+        "invalid tpuSliceProvisioning config:\n"
+        "accelerators[tpu7x].chipsPerHost: must be positive, got 0\n",
+        "",
+    )
+
+
+def test_check_config_says_when_the_configmap_turns_provisioning_off() -> None:
+    empty = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: inferenceservice-config}\ndata: {}\n"
+    assert run_check(["-"], stdin=empty) == (
+        0,
+        "ok: the ConfigMap has no data.tpuSliceProvisioning entry, so TPU slice provisioning "
+        "is off\n",
+        "",
+    )
+    not_text = "kind: ConfigMap\ndata:\n  tpuSliceProvisioning: {chipResource: google.com/tpu}\n"
+    assert run_check(["-"], stdin=not_text) == (
+        1,
+        "invalid tpuSliceProvisioning config:\nConfigMap data.tpuSliceProvisioning: expected a "
+        "string holding the JSON block, got a mapping\n",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "got"),
+    [
+        ("[1, 2]", "a list"),
+        ("- a\n- b\n", "a list"),
+        ('"tpu"', "a string"),
+        ("42", "a number"),
+        ("null", "null"),
+        ("apiVersion: apps/v1\nkind: Deployment\n", "a Deployment manifest"),
+        (
+            "chipResource: google.com/tpu\n",
+            "a YAML mapping without an ome key (the block itself must be JSON)",
+        ),
+        ("a: 1\n---\nb: 2\n", "2 YAML documents"),
+        ("x: [", "text that is neither JSON nor YAML"),
+    ],
+)
+def test_check_config_says_what_a_file_without_a_block_holds(text: str, got: str) -> None:
+    assert run_check(["-"], stdin=text) == (
+        1,
+        "invalid tpuSliceProvisioning config:\nexpected a JSON object (the tpuSliceProvisioning "
+        f"block), a Helm values file or a ConfigMap manifest, got {got}\n",
+        "",
+    )
+
+
 # -- hostile input: one clear verdict, quickly, never a traceback ----------------------------
 
 TOO_DEEP = "malformed JSON object: nesting too deep"
@@ -1212,12 +1277,26 @@ HOSTILE_BLOCKS = [
 ]
 
 
-def expected_check(errors: list[str] | None) -> tuple[int, str, str]:
-    """What check-config prints for a block with these errors."""
+#: What check-config says a hostile text holds where ``parse`` says only "expected a JSON
+#: object": it is no block, no values file and no ConfigMap manifest.
+NEITHER = "text that is neither JSON nor YAML"
+HOLDS = {
+    "[" * DEEP: "a document nested too deep",
+    "\x00": NEITHER,
+    PNG: NEITHER,
+    "\ufeff" + GUIDE_CONFIG_JSON: "text that starts with a byte order mark",
+    "other: " + "[" * DEEP + "\n" + GUIDE_VALUES_YAML: "a document nested too deep",
+}
+
+
+def expected_check(errors: list[str] | None, text: str = "") -> tuple[int, str, str]:
+    """What check-config prints for a block with these errors (``text``: the file)."""
     if errors is None:
         return 0, OFF_LINE + "\n", ""
     if not errors:
         return 0, "ok\n", ""
+    if errors == [config_module.EXPECTED_OBJECT]:
+        errors = [checkconfig.not_an_object(HOLDS[text])]
     return 1, "invalid tpuSliceProvisioning config:\n" + "".join(e + "\n" for e in errors), ""
 
 
@@ -1247,7 +1326,7 @@ def test_hostile_block_gets_one_clear_verdict_from_parse(
 def test_hostile_block_gets_the_same_verdict_from_check_config(
     tmp_path: Path, text: str, errors: list[str] | None
 ) -> None:
-    expected = expected_check(errors)
+    expected = expected_check(errors, text)
     assert timed(run_check, ["-"], text) == expected
     path = tmp_path / "block.json"
     path.write_bytes(text.encode())
@@ -1338,7 +1417,7 @@ HOSTILE_VALUES = [
 def test_hostile_values_file_gets_one_clear_verdict_from_check_config(
     tmp_path: Path, text: str, errors: list[str] | None
 ) -> None:
-    expected = expected_check(errors)
+    expected = expected_check(errors, text)
     assert timed(run_check, ["-"], text) == expected
     path = tmp_path / "values.yaml"
     path.write_bytes(text.encode())

@@ -50,3 +50,28 @@ empty when the value is unset, null, {} or "" (no entry then).
 {{- if kindIs "string" $block }}{{ $block }}{{ else }}{{ toJson $block }}{{ end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The ServiceAccount the manager runs as, and the RoleBindings and ClusterRoleBinding bind:
+serviceAccount.name, or config/'s ome-controller-manager; the chart creates it unless
+serviceAccount.create is false.
+*/}}
+{{- define "ome-resources.serviceAccountName" -}}
+{{- dig "serviceAccount" "name" "" .Values.AsMap | default "ome-controller-manager" }}
+{{- end }}
+
+{{/*
+"true" when cert-manager issues the webhook's certificate (webhook.certManager.enabled),
+else empty: then the manager manages its own.
+*/}}
+{{- define "ome-resources.certManager" -}}
+{{- if dig "webhook" "certManager" "enabled" false .Values.AsMap }}true{{ end }}
+{{- end }}
+
+{{/*
+The cert-manager Certificate of the webhook's serving certificate; the
+ValidatingWebhookConfiguration's cert-manager.io/inject-ca-from names it.
+*/}}
+{{- define "ome-resources.certificateName" -}}
+ome-serving-cert
+{{- end }}

@@ -17,11 +17,12 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 
 from .client import Client, RetryPolicy
 from .controller import Controller
@@ -84,6 +85,25 @@ class ManagerOptions:
         return [f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
 
 
+class LeaderStatus:
+    """client-go's ``leader_election_master_status{name}`` (controller-runtime serves it): 1
+    while this process leads on the Lease ``name``, else 0. Read at scrape time from the
+    elector's own clock, so a deposed or paused leader reports 0 as soon as it may no longer
+    write. Only with leader election, as in controller-runtime: without a Lease, no series."""
+
+    def __init__(self, name: str, leading: Callable[[], bool]) -> None:
+        self._name, self._leading = name, leading
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "leader_election_master_status",
+            "Whether this process is the leader (1) or a candidate (0) on the Lease name",
+            labels=["name"],
+        )
+        family.add_metric([self._name], 1.0 if self._leading() else 0.0)
+        yield family
+
+
 class Manager:
     """Wires informers, controllers and leader election into one process."""
 
@@ -114,6 +134,8 @@ class Manager:
         self._webhooks: dict[str, Handler] = {}
         self.webhook: WebhookServer | None = None
         self.webhook_certs: CertSource | None = None
+        if options.leader_elect:
+            self.registry.register(LeaderStatus(options.leader_election_id, self._may_write))
 
     # -- wiring --------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from ome.tpuslice.naming import (
     OWNER_UID_LABEL,
 )
 from ome.tpuslice.shape import ShapeError, hosts, parse_topology, quote
-from ome.tpuslice.types import Accelerator, Config, SliceSettings
+from ome.tpuslice.types import GUIDE_CONFIG_JSON, Accelerator, Config, SliceSettings
 
 INVALID_CONFIG = "invalid tpuSliceProvisioning config"
 """A2: every failure is wrapped as ``<INVALID_CONFIG>: <errors joined by newlines>``."""
@@ -605,17 +605,120 @@ def _build(raw: dict[str, Any]) -> Config:
     )
 
 
+# -- the block's JSON Schema, for the chart's values.schema.json ------------------------------
+
+JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 07, as Helm reads a chart's values.schema.json) of a
+    ``tpuSliceProvisioning`` block given as an object, derived from this module's own parser so
+    that the two cannot drift: field names, nesting and types are ``_SCHEMA``'s (what ``decode``
+    reads; any other field is unknown), and a field is ``required``, or must not be empty
+    (``minLength``, ``minItems``, ``minProperties``), exactly when ``validate`` refuses the
+    guide's block (``GUIDE_CONFIG_JSON``) without it, or with it empty. ``null`` is allowed
+    where the parser takes it as Go's zero value without complaint: on the optional fields.
+
+    What a schema cannot say (qualified names, topologies, durations, duplicates) stays with
+    ``validate``; ``ome-manager check-config`` checks all of it."""
+    example = json.loads(GUIDE_CONFIG_JSON)
+    schema = _json_schema_of(_SCHEMA, example, ())
+    return {"$schema": JSON_SCHEMA_DRAFT, **schema}
+
+
+_REMOVE = object()
+
+
+def _refused(example: dict[str, Any], path: tuple[str, ...], value: Any = _REMOVE) -> bool:
+    """Whether ``validate`` refuses ``example`` with the field at ``path`` removed, or set to
+    ``value``."""
+    block = json.loads(json.dumps(example))
+    parent = _at(block, path[:-1])
+    if value is _REMOVE:
+        parent.pop(path[-1], None)
+    else:
+        parent[path[-1]] = value
+    return bool(validate(block))
+
+
+#: The empty value of each JSON type, and the bound that refuses it.
+_EMPTY = {"string": ("", "minLength"), "integer": (0, "minimum"), "array": ([], "minItems")}
+
+_JSON_TYPES = {"string": "string", "integer": "integer"}
+
+
+def _json_schema_of(
+    kind: _Kind, example: dict[str, Any], path: tuple[str, ...] | None
+) -> dict[str, Any]:
+    """The schema of the value at ``path`` in ``example`` (``()``: the block itself; ``None``:
+    a value the example does not hold, e.g. a list's item, which is then not probed)."""
+    if isinstance(kind, _ListOf):
+        return {"type": "array", "items": _json_schema_of(kind.items, example, None)}
+    if isinstance(kind, _MapOf):
+        first = next(iter(_at(example, path)), None) if path is not None else None
+        entry = None if path is None or first is None else (*path, first)
+        return {"type": "object", "additionalProperties": _probed(kind.values, example, entry)}
+    if isinstance(kind, _Object):
+        present = _at(example, path) if path is not None else {}
+        properties = {
+            name: _probed(
+                field,
+                example,
+                (*path, name) if path is not None and name in present else None,
+                _REMOVE,
+            )
+            for name, field in kind.fields.items()
+        }
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": False,
+        }
+        required = [name for name, field in properties.items() if isinstance(field["type"], str)]
+        if required:
+            schema["required"] = required
+        return schema
+    return {"type": _JSON_TYPES[kind]}
+
+
+def _probed(
+    kind: _Kind, example: dict[str, Any], path: tuple[str, ...] | None, missing: Any = None
+) -> dict[str, Any]:
+    """The schema of the field or map entry at ``path`` (``None``: one the example lacks, which
+    is optional by that proof): nullable unless ``validate`` refuses the example with it
+    ``missing`` (removed, or ``null``); bounded when it also refuses it empty."""
+    schema = _json_schema_of(kind, example, path)
+    if path is None or not _refused(example, path, missing):
+        schema["type"] = [schema["type"], "null"]
+        return schema
+    empty, bound = _EMPTY.get(schema["type"], (None, ""))
+    if isinstance(kind, _MapOf):
+        empty, bound = {}, "minProperties"
+    if bound and _refused(example, path, empty):
+        schema[bound] = 1
+    return schema
+
+
+def _at(example: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = example
+    for key in path:
+        value = value[key]
+    return value
+
+
 __all__ = [
     "CONTROLLER_ANNOTATION",
     "CONTROLLER_LABELS",
     "EXPECTED_OBJECT",
     "INVALID_CONFIG",
+    "JSON_SCHEMA_DRAFT",
     "MAX_DEPTH",
     "MAX_DIGITS",
     "TOO_DEEP",
     "ConfigError",
     "decode",
     "format_go_duration",
+    "json_schema",
     "parse",
     "parse_go_duration",
     "too_deep",

@@ -4,6 +4,7 @@ pre-created at zero, as the guide promises. Counting only: no decisions here."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -62,9 +63,14 @@ class SliceMetrics:
 
 
 class SliceGauge:
-    """``ome_tpu_slices{slice_type,topology,state}``, computed at scrape time from the Slice
-    cache (Slices with an owner-UID label), and only while this replica leads (others report
-    nothing): terminating, orphaned (no replica has its owner UID), ready or pending."""
+    """Two gauges computed at scrape time from the Slice cache (Slices with an owner-UID
+    label), and only while this replica leads (others report nothing):
+
+    - ``ome_tpu_slices{slice_type,topology,state}``: terminating, orphaned (no replica has its
+      owner UID), ready or pending;
+    - ``ome_tpu_slice_capacity_wait_seconds{slice_type,topology}``: how long the pending Slice
+      that has waited longest for a partition (none assigned yet) has waited, from its
+      creation; no series while none waits. The alert on capacity waits reads it."""
 
     def __init__(
         self,
@@ -72,17 +78,26 @@ class SliceGauge:
         leading: Callable[[], bool],
         owner_uids: Callable[[], set[str]],
         ready_states: tuple[str, ...],
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._slices, self._leading, self._owner_uids = slices, leading, owner_uids
         self._ready_states = ready_states
+        self._now = now
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
             "ome_tpu_slices", "OME's TPU Slices by state", labels=[*LABELS, "state"]
         )
+        waits = GaugeMetricFamily(
+            "ome_tpu_slice_capacity_wait_seconds",
+            "How long the Slice waiting longest for a partition has waited, from its creation",
+            labels=list(LABELS),
+        )
         if self._leading():
             owners = self._owner_uids()
+            now = self._now()
             counts: dict[tuple[str, str, str], int] = {}
+            longest: dict[tuple[str, str], float] = {}
             for s in self._slices():
                 if s.terminating:
                     kind = "terminating"
@@ -92,8 +107,15 @@ class SliceGauge:
                     kind = "ready"
                 else:
                     kind = "pending"
+                    if not s.partitions and s.created is not None:
+                        shape = (s.slice_type, s.topology)
+                        waited = max(0.0, (now - s.created).total_seconds())
+                        longest[shape] = max(longest.get(shape, 0.0), waited)
                 key = (s.slice_type, s.topology, kind)
                 counts[key] = counts.get(key, 0) + 1
             for (slice_type, topology, kind), n in sorted(counts.items()):
                 family.add_metric([slice_type, topology, kind], n)
+            for (slice_type, topology), waited in sorted(longest.items()):
+                waits.add_metric([slice_type, topology], waited)
         yield family
+        yield waits
