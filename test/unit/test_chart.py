@@ -561,9 +561,17 @@ def _leaves(values: JSON, prefix: str = "") -> Iterator[str]:
             yield path
 
 
+def _values_section() -> str:
+    """The README's "Values" section: its table, not the other sections' tables."""
+    readme = (CHART / "README.md").read_text()
+    start = readme.index("\n## Values\n")
+    end = readme.find("\n## ", start + 1)
+    return readme[start : end if end != -1 else len(readme)]
+
+
 def test_the_readme_lists_every_value_and_the_install_command() -> None:
     readme = (CHART / "README.md").read_text()
-    rows = set(re.findall(r"^\| `([^`]+)` \|", readme, re.MULTILINE))
+    rows = set(re.findall(r"^\| `([^`]+)` \|", _values_section(), re.MULTILINE))
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     expected = set(_leaves(values)) - {"ome.controller"} | {"ome.controller.tpuSliceProvisioning"}
     assert expected <= rows, f"README.md lacks {sorted(expected - rows)}"
@@ -576,10 +584,11 @@ def test_the_readme_lists_every_value_and_the_install_command() -> None:
 
 def _readme_rows() -> dict[str, str]:
     """The README's values table: each value's name to its Default cell, less the backticks."""
-    readme = (CHART / "README.md").read_text()
     return {
         name: default.strip().strip("`")
-        for name, default in re.findall(r"^\| `([^`]+)` \| ([^|]+) \|", readme, re.MULTILINE)
+        for name, default in re.findall(
+            r"^\| `([^`]+)` \| ([^|]+) \|", _values_section(), re.MULTILINE
+        )
     }
 
 

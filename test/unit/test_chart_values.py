@@ -264,8 +264,10 @@ def test_each_value_shows_up_where_it_belongs(row: Row) -> None:
 
 
 #: Values whose place is checked by another test: test_chart.py's
-#: test_values_show_up_where_they_should and its ConfigMap tests, and the tests below.
+#: test_values_show_up_where_they_should and its ConfigMap tests, the tests below, and
+#: test_alerts.py (metrics.prometheusRule).
 TESTED_ELSEWHERE = {
+    "metrics",
     "image",
     "nodeSelector",
     "tolerations",
