@@ -171,6 +171,15 @@ def test_a_values_change_rolls_the_pods_and_the_new_manager_takes_the_lease(guid
     assert not {guide.container(p)[1] for p in new} & before_containers
 
 
+def message_of(line: str) -> str:
+    """A JSON log line's message (what Cloud Logging shows); any other line as it is."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line
+    return str(entry.get("message", line)) if isinstance(entry, dict) else line
+
+
 @pytest.mark.timeout(600)
 def test_the_manager_doesnt_start_after_a_bad_upgrade_and_the_old_one_keeps_serving(
     guide: Guide,
@@ -195,45 +204,47 @@ def test_the_manager_doesnt_start_after_a_bad_upgrade_and_the_old_one_keeps_serv
 
     guide.values(broken)
     guide.run(UPGRADE)
-    waiting = guide.run(ROLLOUT + " --timeout=30s", check=False, timeout=90)
-    assert waiting.returncode != 0
-    assert "timed out" in waiting.stderr, waiting.stderr
-    items = guide.json("get", "pods", "-n", "ome", "-l", "control-plane=ome-controller-manager")[
-        "items"
-    ]
-    [crashing] = [p["metadata"]["name"] for p in items if p["metadata"]["name"] not in serving]
-    logs = guide.env.kubectl("logs", "-n", "ome", crashing, check=False).stdout
-    logs += guide.env.kubectl("logs", "-n", "ome", crashing, "--previous", check=False).stdout
-    assert "Failed to initialize TPU slice provisioning configuration" in logs, logs
-    assert 'chipResource: "google.com/tpu chips" is not a qualified name' in logs, logs
-    assert "topology 2x1x1 is 2 chips, not a whole number of 4-chip hosts" in logs, logs
-    assert guide.ready_pods() == serving  # the old manager was not taken away
+    try:
+        waiting = guide.run(ROLLOUT + " --timeout=30s", check=False, timeout=90)
+        assert waiting.returncode != 0
+        assert "timed out" in waiting.stderr, waiting.stderr
+        items = guide.json(
+            "get", "pods", "-n", "ome", "-l", "control-plane=ome-controller-manager"
+        )["items"]
+        [crashing] = [p["metadata"]["name"] for p in items if p["metadata"]["name"] not in serving]
+        logs = guide.env.kubectl("logs", "-n", "ome", crashing, check=False).stdout
+        logs += guide.env.kubectl("logs", "-n", "ome", crashing, "--previous", check=False).stdout
+        logs = "\n".join(message_of(line) for line in logs.splitlines())  # as a user reads them
+        assert "Failed to initialize TPU slice provisioning configuration" in logs, logs
+        assert 'chipResource: "google.com/tpu chips" is not a qualified name' in logs, logs
+        assert "topology 2x1x1 is 2 chips, not a whole number of 4-chip hosts" in logs, logs
+        assert guide.ready_pods() == serving  # the old manager was not taken away
 
-    def status_column() -> str:
-        row = guide.env.kubectl("get", "pod", crashing, "-n", "ome", "--no-headers").stdout
-        return row.split()[2] if row.strip() else ""
+        def status_column() -> str:
+            row = guide.env.kubectl("get", "pod", crashing, "-n", "ome", "--no-headers").stdout
+            return row.split()[2] if row.strip() else ""
 
-    # It is restarted with the kubelet's backoff, which kubectl shows. A real kubelet shows
-    # the waiting state only once a back-off outlasts its status sync (10 s, 20 s, 40 s...):
-    # about three minutes after the first crash.
-    eventually(lambda: status_column() == "CrashLoopBackOff", timeout=330, interval=0.5)
+        # It is restarted with the kubelet's backoff, which kubectl shows. A real kubelet shows
+        # the waiting state only once a back-off outlasts its status sync (10 s, 20 s, 40 s...):
+        # about three minutes after the first crash.
+        eventually(lambda: status_column() == "CrashLoopBackOff", timeout=330, interval=0.5)
 
-    # It still serves: a service applied meanwhile gets its Slice.
-    guide.env.kubectl("apply", "-f", "-", input=guide_sample("step1-probe"))
-    eventually(
-        lambda: guide.env.kubectl(
-            "get",
-            "slices.accelerator.gke.io",
-            "-l",
-            "cloud.google.com/slice-owner-name=step1-probe-engine",
-            "-o",
-            "name",
-        ).stdout.strip(),
-        timeout=60,
-    )
-
-    guide.values(lambda _block: None)  # fixed
-    guide.run(UPGRADE)
+        # It still serves: a service applied meanwhile gets its Slice.
+        guide.env.kubectl("apply", "-f", "-", input=guide_sample("step1-probe"))
+        eventually(
+            lambda: guide.env.kubectl(
+                "get",
+                "slices.accelerator.gke.io",
+                "-l",
+                "cloud.google.com/slice-owner-name=step1-probe-engine",
+                "-o",
+                "name",
+            ).stdout.strip(),
+            timeout=60,
+        )
+    finally:  # fixed, even when a check above failed: the next tests need a manager
+        guide.values(lambda _block: None)
+        guide.run(UPGRADE)
     assert "successfully rolled out" in guide.run(ROLLOUT).stdout
     guide.env.kubectl("delete", "namespace", "step1-probe", "--timeout=2m", timeout=150)
 
