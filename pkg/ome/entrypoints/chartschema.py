@@ -162,6 +162,14 @@ def schema() -> JSON:
                             },
                         }
                     ),
+                    "dashboard": _object(
+                        {
+                            "enabled": {"type": "boolean"},
+                            "label": {"type": "string", "minLength": 1},
+                            "labelValue": {"type": "string"},
+                            "annotations": _STRING_MAP,
+                        }
+                    ),
                 }
             ),
             "ome": _object(
