@@ -52,19 +52,9 @@ say() { printf 'node-binaries: %s\n' "$*" >&2; }
 . "${0%/*}/lib/gobuild.sh"
 cached_or_go_on "$@"
 
-for tool in go gcc; do
-  command -v "$tool" >/dev/null 2>&1 || { say "needs $tool on the PATH"; exit 3; }
-done
-go_version="$(go env GOVERSION)"
-go_version="${go_version#go}"
-if [[ "$(printf '%s\n%s\n' "$GO_MIN" "$go_version" | sort -V | head -n1)" != "$GO_MIN" ]]; then
-  say "needs Go >= $GO_MIN (containerd $CONTAINERD_VERSION's go.mod), found go$go_version"
-  exit 3
-fi
-
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-node-build.XXXXXX")"
-cleanup() { rm -rf "$WORK"; }
-trap cleanup EXIT
+command -v gcc >/dev/null 2>&1 || { say "needs gcc on the PATH"; exit 3; }
+need_go "containerd $CONTAINERD_VERSION's go.mod"
+work_dir ome-node-build
 
 # tool_module DIR MODULE VERSION PACKAGE...: a module that requires MODULE@VERSION and imports
 # PACKAGE... from a tools.go, tidied.

@@ -32,17 +32,8 @@ say() { printf 'promtool: %s\n' "$*" >&2; }
 . "${0%/*}/lib/gobuild.sh"
 cached_or_go_on "$@"
 
-command -v go >/dev/null 2>&1 || { say "needs go on the PATH"; exit 3; }
-go_version="$(go env GOVERSION)"
-go_version="${go_version#go}"
-if [[ "$(printf '%s\n%s\n' "$GO_MIN" "$go_version" | sort -V | head -n1)" != "$GO_MIN" ]]; then
-  say "needs Go >= $GO_MIN (Prometheus $PROMETHEUS_VERSION's go.mod), found go$go_version"
-  exit 3
-fi
-
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-promtool-build.XXXXXX")"
-cleanup() { rm -rf "$WORK"; }
-trap cleanup EXIT
+need_go "Prometheus $PROMETHEUS_VERSION's go.mod"
+work_dir ome-promtool-build
 
 mod="$WORK/promtool"
 mkdir -p "$mod" "$WORK/bin"

@@ -30,6 +30,25 @@ cached_or_go_on() {
   fi
 }
 
+# need_go WHY: exit 3 unless a Go of at least $GO_MIN is on the PATH (WHY says whose go.mod
+# asks for it); sets go_version.
+need_go() {
+  command -v go >/dev/null 2>&1 || { say "needs go on the PATH"; exit 3; }
+  go_version="$(go env GOVERSION)"
+  go_version="${go_version#go}"
+  if [[ "$(printf '%s\n%s\n' "$GO_MIN" "$go_version" | sort -V | head -n1)" != "$GO_MIN" ]]; then
+    say "needs Go >= $GO_MIN ($1), found go$go_version"
+    exit 3
+  fi
+}
+
+# work_dir NAME: WORK, a temporary directory for the build, removed when the script exits.
+work_dir() {
+  WORK="$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")"
+  # shellcheck disable=SC2064 # expanded now, on purpose: this directory, whatever WORK becomes
+  trap "rm -rf '$WORK'" EXIT
+}
+
 # tools_go DIR PACKAGE...: a tools.go in DIR that imports each PACKAGE, so that `go mod
 # tidy` resolves them and `go build` can build them.
 tools_go() {

@@ -130,3 +130,21 @@ def test_promtool_checks_the_rules_and_each_alert_fires_and_clears(tmp_path: Pat
     fired = {t["alertname"] for c in cases for t in c["alert_rule_test"] if t.get("exp_alerts")}
     quiet = {t["alertname"] for c in cases for t in c["alert_rule_test"] if not t.get("exp_alerts")}
     assert fired == ALERTS and quiet == ALERTS
+
+
+def test_without_go_promtool_sh_says_so_in_one_line(tmp_path: Path) -> None:
+    """Nothing built and no Go on the PATH: exit 3 and one line, never a half-made build."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "mktemp", "rm"):
+        found = shutil.which(tool)
+        assert found is not None
+        (bin_dir / tool).symlink_to(found)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [str(bin_dir / "bash"), str(ROOT / "hack" / "promtool.sh")],
+        env=env, capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["promtool: needs go on the PATH"]
+    assert not (tmp_path / "ome-tpu-slices").exists()
