@@ -328,7 +328,10 @@ class RealNode:
         )
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Component:
-        """As the control plane spawns its components: a log each, and they die with us."""
+        """As the control plane spawns its components: a log each, and they die with us. Each
+        in a process group of its own, so that a terminal's Ctrl-C reaches ome-sim alone:
+        ``stop`` needs containerd running to remove the pods' sandboxes, and containerd
+        given the same SIGINT would exit first and leave their shims behind."""
         log = self.log_dir / f"{name}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -338,6 +341,7 @@ class RealNode:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
                 preexec_fn=system.die_with_parent,  # noqa: PLW1509 - only a C call
+                process_group=0,
             )
         process = Component(name, proc, log)
         self.processes.append(process)

@@ -105,3 +105,18 @@ def test_the_metrics_relay_reaches_a_stand_in_pod_or_a_real_one(
     given: dict[str, object], address: tuple[str, int] | None
 ) -> None:
     assert helmrun.metrics_address(given) == address  # type: ignore[arg-type]
+
+
+def test_the_nodes_processes_have_their_own_process_group(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to its foreground process group. Were containerd in ours, it
+    would exit with ome-sim's first signal, before the teardown removes the pods' sandboxes
+    through it, and leave their shims and pause processes running (seen: one of each
+    after ``timeout ome-sim run --node real`` took a SIGINT)."""
+    real = node.RealNode(plane=None, log_dir=tmp_path)  # type: ignore[arg-type]
+    process = real._spawn("sleeper", ["sleep", "30"])
+    try:
+        pid = process.proc.pid
+        assert os.getpgid(pid) == pid != os.getpgid(0)
+    finally:
+        process.proc.kill()
+        process.proc.wait()
