@@ -47,6 +47,8 @@ Skipped where the server enforces no RBAC (the embedded one, which is no kube-ap
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +170,79 @@ def test_the_server_accepts_the_chart_and_config_default_in_a_dry_run(kube: Envi
     assert any(line.startswith("deployment.apps/ome-controller-manager") for line in lines)
     dry_run(kube, config)
     assert snapshot(kube, running) == before  # a dry run persists nothing
+
+
+#: cert-manager, whose CRDs the chart's Certificate and Issuer are written for (cert-manager.io/v1).
+CERT_MANAGER = "github.com/cert-manager/cert-manager@v1.21.2"
+CERT_MANAGER_CRDS = ("cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml")
+
+
+def cert_manager_crds(tmp_path: Path) -> list[Path]:
+    """The Certificate and Issuer CRDs from cert-manager's Go module, as its release ships
+    them (deploy/crds), fetched through the Go module proxy as make e2e-kube's builds are."""
+    go = shutil.which("go")
+    assert go is not None, (
+        "needs go on the PATH to fetch cert-manager's CRDs (make e2e-kube has it)"
+    )
+    out = subprocess.run(
+        [go, "mod", "download", "-json", CERT_MANAGER],
+        cwd=tmp_path,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, f"go mod download {CERT_MANAGER}: {out.stderr}{out.stdout}"
+    crds = Path(json.loads(out.stdout)["Dir"]) / "deploy" / "crds"
+    return [crds / name for name in CERT_MANAGER_CRDS]
+
+
+def test_the_cert_manager_objects_are_admitted_by_the_server(
+    kube: Environment, tmp_path: Path
+) -> None:
+    """webhook.certManager.enabled: the Certificate, the self-signed Issuer and the webhook
+    configuration with its inject-ca-from annotation pass a server-side dry run against
+    cert-manager's own CRDs; so does a Certificate issued by a ClusterIssuer of the user's."""
+    crds = cert_manager_crds(tmp_path)
+    for crd in crds:
+        kube.kubectl("apply", "--server-side", "-f", str(crd), timeout=60)
+    try:
+        kube.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", timeout=90,
+        )  # fmt: skip
+        kinds = ("Certificate", "Issuer", "ValidatingWebhookConfiguration")
+        rendered = documents(guide_chart("--set", "webhook.certManager.enabled=true"))
+        picked = [d for d in rendered if d["kind"] in kinds]
+        hook = next(d for d in picked if d["kind"] == "ValidatingWebhookConfiguration")
+        annotations = _metadata(hook)["annotations"]
+        assert isinstance(annotations, dict)
+        assert annotations["cert-manager.io/inject-ca-from"] == f"{RUNNING}/ome-serving-cert"
+        lines = dry_run(kube, yaml.safe_dump_all(picked))
+        assert {line.split()[0] for line in lines} == {
+            "certificate.cert-manager.io/ome-serving-cert",
+            "issuer.cert-manager.io/ome-selfsigned-issuer",
+            f"validatingwebhookconfiguration.admissionregistration.k8s.io/{RUNNING}-inferencereplica-webhook",
+        }, lines
+        issued = documents(
+            guide_chart(
+                "--set", "webhook.certManager.enabled=true",
+                "--set", "webhook.certManager.issuerRef.name=corp-ca",
+                "--set", "webhook.certManager.issuerRef.kind=ClusterIssuer",
+            )
+        )  # fmt: skip
+        assert not [d for d in issued if d["kind"] == "Issuer"]
+        certificate = [d for d in issued if d["kind"] == "Certificate"]
+        spec = certificate[0]["spec"]
+        assert isinstance(spec, dict)
+        assert spec["issuerRef"] == {
+            "name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"
+        }  # fmt: skip
+        lines = dry_run(kube, yaml.safe_dump_all(certificate))
+        assert lines == ["certificate.cert-manager.io/ome-serving-cert created (server dry run)"]
+    finally:
+        for crd in crds:
+            kube.kubectl("delete", "--ignore-not-found", "-f", str(crd), timeout=90)
 
 
 def test_helm_refuses_to_take_over_the_running_ome(kube: Environment) -> None:
