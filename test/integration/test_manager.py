@@ -156,6 +156,7 @@ def test_probes_report_readiness_after_the_caches_sync_and_metrics_are_served(
         ManagerOptions(
             namespace="default",
             metrics_bind_address="127.0.0.1:0",
+            metrics_secure=False,  # the embedded server has no TokenReview (test_metrics_auth)
             health_probe_bind_address="127.0.0.1:0",
         ),
         registry=registry,

@@ -40,8 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--metrics-bind-address",
-        default=":8080",
-        help="where to serve /metrics, as HOST:PORT or :PORT; 0 disables (default :8080)",
+        default=":8443",
+        help="where to serve /metrics, as HOST:PORT or :PORT; 0 disables (default :8443)",
+    )
+    parser.add_argument(
+        "--metrics-secure",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="true|false",
+        help="serve /metrics over HTTPS, each scrape's bearer token authenticated (TokenReview) "
+        "and authorized for get on /metrics (SubjectAccessReview) by the API server; "
+        "--metrics-secure=false serves plain HTTP to anyone (default true)",
+    )
+    parser.add_argument(
+        "--metrics-cert-dir",
+        default="",
+        metavar="DIR",
+        help="serve the metrics with tls.crt and tls.key from DIR, re-read when they change; "
+        "default: a self-signed certificate made at start",
     )
     parser.add_argument(
         "--health-probe-bind-address",
@@ -135,6 +153,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _boolean(value: str) -> bool:
+    """A Go-style boolean flag value, as controller-runtime's ``--metrics-secure=false``."""
+    lowered = value.strip().lower()
+    if lowered in ("true", "t", "1"):
+        return True
+    if lowered in ("false", "f", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"want true or false, not {value!r}")
+
+
 def _rest(kubeconfig: str | None, identity: str) -> Rest:
     """The manager's API access, from a kubeconfig or the in-cluster service account. Its
     User-Agent names the program, its version and this process's leader-election identity
@@ -196,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             renew_deadline=args.leader_elect_renew_deadline,
             retry_period=args.leader_elect_retry_period,
             metrics_bind_address=args.metrics_bind_address,
+            metrics_secure=args.metrics_secure,
+            metrics_cert_dir=args.metrics_cert_dir,
             health_probe_bind_address=args.health_probe_bind_address,
             webhook_bind_address=args.webhook_bind_address,
             webhook_cert_dir=args.webhook_cert_dir,

@@ -29,10 +29,11 @@ from .controller import Controller
 from .events import EventRecorder, spam_key_by_reason
 from .informer import InformerFactory
 from .leader import LeaderElectionConfig, LeaderElector
+from .metricsauth import DelegatingAuth
 from .rest import Rest
 from .serving import Check, MetricsServer, ProbeServer, parse_bind_address
 from .webhook import Handler, WebhookServer
-from .webhookcerts import CertSource, DirectoryCerts, SecretCerts
+from .webhookcerts import CertSource, DirectoryCerts, SecretCerts, StaticCerts
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,16 @@ class ManagerOptions:
     leader_elect: bool = False
     leader_election_id: str = "ome-controller-manager"
     identity: str = field(default_factory=default_identity)
-    metrics_bind_address: str = ":8080"
+    metrics_bind_address: str = ":8443"
+    #: HTTPS with each scrape's bearer token reviewed by the API server (TokenReview, then a
+    #: SubjectAccessReview for get on the path), as controller-runtime serves metrics; False:
+    #: plain HTTP, open to whoever reaches the port (a laptop's ``make run``).
+    metrics_secure: bool = True
+    #: A mounted Secret's directory (tls.crt, tls.key) for the metrics server; empty: a
+    #: self-signed certificate made at start (scrapers skip verifying it).
+    metrics_cert_dir: str = ""
+    #: The Service in front of the metrics: its DNS names go in the self-signed certificate.
+    metrics_service_name: str = "ome-controller-manager-metrics-service"
     health_probe_bind_address: str = ":8081"
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -127,6 +137,7 @@ class Manager:
         self.elector: LeaderElector | None = None
         self.probes: ProbeServer | None = None
         self.metrics: MetricsServer | None = None
+        self.metrics_certs: CertSource | None = None
         # Fail fast on bad addresses, before anything starts.
         self._probe_address = parse_bind_address(options.health_probe_bind_address)
         self._metrics_address = parse_bind_address(options.metrics_bind_address)
@@ -307,8 +318,34 @@ class Manager:
             self.probes.start()
             log.info("serving probes on port %d", self.probes.port)
         if self._metrics_address is not None:
-            self.metrics = MetricsServer(*self._metrics_address, registry=self.registry)
-            log.info("serving metrics on port %d", self.metrics.port)
+            certs, auth = self._metrics_security()
+            self.metrics = MetricsServer(
+                *self._metrics_address, registry=self.registry, certs=certs, auth=auth
+            )
+            log.info(
+                "serving metrics on port %d (%s%s)",
+                self.metrics.port,
+                self.metrics.scheme,
+                ", scrapes authenticated and authorized by the API server" if auth else "",
+            )
+
+    def _metrics_security(self) -> tuple[CertSource | None, DelegatingAuth | None]:
+        """The certificate and authenticator of secure metrics, or (None, None) for plain
+        HTTP. The reviews go through a short, unfenced client: every replica serves its
+        metrics, the leader or not, and a scrape does not wait long."""
+        opts = self.options
+        if not opts.metrics_secure:
+            return None, None
+        certs: CertSource
+        if opts.metrics_cert_dir:
+            certs = self.metrics_certs = DirectoryCerts(opts.metrics_cert_dir)
+            certs.start()
+        else:
+            svc, ns = opts.metrics_service_name, opts.namespace
+            names = ["localhost", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
+            certs = StaticCerts.self_signed(names, timedelta(days=365))
+        reviews = self.short_client()
+        return certs, DelegatingAuth(reviews.create)
 
     def _stop_servers(self) -> None:
         if self.webhook is not None:
@@ -319,3 +356,5 @@ class Manager:
             self.probes.stop()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.metrics_certs is not None:
+            self.metrics_certs.stop()

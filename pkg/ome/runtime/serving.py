@@ -1,7 +1,8 @@
 """The manager's HTTP endpoints: ``/healthz`` and ``/readyz`` on the probe address, and
 Prometheus ``/metrics`` on the metrics address.
 
-Metrics are served by prometheus_client's own server. The probes use the standard library's
+Metrics are served over HTTPS behind ``metricsauth`` (or, when asked, by prometheus_client's
+own plain HTTP server). The probes use the standard library's
 threading HTTP server: two fixed paths need no framework. Nothing here decides health: checks
 are functions the manager registers.
 """
@@ -9,12 +10,19 @@ are functions the manager registers.
 from __future__ import annotations
 
 import logging
+import socket
+import socketserver
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client.exposition import choose_encoder
+
+from .metricsauth import DelegatingAuth
+from .tlsserve import ServingContexts
+from .webhookcerts import CertSource
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +101,41 @@ def _run(check: Check) -> str | None:
 
 
 class MetricsServer:
-    """Prometheus ``/metrics`` for a registry."""
+    """Prometheus ``/metrics`` for a registry: plain HTTP by prometheus_client's own server,
+    or, given ``certs`` and ``auth``, HTTPS where each request must carry a bearer token
+    ``auth`` accepts (controller-runtime's secure metrics).
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry | None = None) -> None:
-        self._server, self._thread = start_http_server(port, host, registry or REGISTRY)
+    The secure server is written here on the standard library, like the probe server: one
+    GET route needs no framework, prometheus_client's server has no hook to refuse a request
+    before it is served, and TLS has to be set up per connection (``tlsserve``)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry | None = None,
+        certs: CertSource | None = None,
+        auth: DelegatingAuth | None = None,
+    ) -> None:
+        self.secure = certs is not None
+        self._server: socketserver.TCPServer
+        self._thread: threading.Thread
+        if certs is None:
+            self._server, self._thread = start_http_server(port, host, registry or REGISTRY)
+            return
+        if auth is None:
+            raise ValueError("secure metrics need an authenticator")
+        self._server = _SecureMetrics(
+            (host, port), registry or REGISTRY, ServingContexts(certs, "metrics"), auth
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.1,), name="metrics", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.secure else "http"
 
     @property
     def port(self) -> int:
@@ -105,3 +144,73 @@ class MetricsServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _SecureMetrics(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        contexts: ServingContexts,
+        auth: DelegatingAuth,
+    ) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.registry, self.contexts, self.auth = registry, contexts, auth
+        super().__init__(address, _MetricsHandler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind would resolve the host's FQDN, which may stall on DNS.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # On the connection's own thread: the TLS handshake, then HTTP.
+        tls = self.contexts.handshake(request, client_address)
+        if tls is None:
+            return
+        try:
+            _MetricsHandler(tls, client_address, self)
+        finally:
+            tls.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("metrics connection from %s ended with an error", client_address, exc_info=True)
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    server: _SecureMetrics
+    timeout = 60.0
+    server_version = "ome-metrics"
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        answer = self.server.auth.check(self.headers.get("Authorization"), "get", path)
+        if not answer.allowed:
+            self._reply(answer.status, answer.text + "\n", "text/plain; charset=utf-8")
+            return
+        if path != "/metrics":
+            self._reply(404, "not found\n", "text/plain; charset=utf-8")
+            return
+        encoder, content_type = choose_encoder(self.headers.get("Accept") or "")
+        try:
+            body = encoder(self.server.registry)
+        except Exception:
+            log.exception("collecting the metrics failed")
+            self._reply(500, "collecting the metrics failed\n", "text/plain; charset=utf-8")
+            return
+        self._reply(200, body, content_type)
+
+    def _reply(self, code: int, body: str | bytes, content_type: str) -> None:
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # scrapes are frequent; refusals are answered, not logged

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import socketserver
-import ssl
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +33,7 @@ from typing import Any
 
 from ome.kube import JSON
 
-from .certs import KeyPair, not_after
+from .tlsserve import ServingContexts
 from .webhookcerts import CertSource
 
 log = logging.getLogger(__name__)
@@ -45,8 +42,6 @@ REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
 MAX_BODY = 3 * 1024 * 1024
 """The largest request body read (kube-apiserver's objects are capped near this size)."""
-HANDSHAKE_TIMEOUT = 10.0
-"""Seconds a new connection may take to complete its TLS handshake."""
 IDLE_TIMEOUT = 60.0
 """Seconds a connection may sit idle (kept alive between reviews, or mid-request)."""
 
@@ -182,7 +177,7 @@ class WebhookServer:
         self._certs = certs
         self._handlers: dict[str, Handler] = {}
         self._lock = threading.Lock()
-        self._cached: tuple[KeyPair, ssl.SSLContext | str] | None = None
+        self._contexts = ServingContexts(certs, "webhook")
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -234,97 +229,19 @@ class WebhookServer:
             return "the webhook server is stopped"
         if self._server is None:
             return "the webhook server is not started"
-        context, why = self._context()
+        context, why = self._contexts.get()
         return None if context is not None else why
 
     # -- per connection ----------------------------------------------------------------------
 
-    def _context(self) -> tuple[ssl.SSLContext | None, str]:
-        """The TLS context for the current certificate, or None and why there is none."""
-        try:
-            pair = self._certs.current()
-        except Exception as e:
-            return None, f"the certificate source failed: {type(e).__name__}: {e}"
-        if pair is None:
-            try:
-                why = self._certs.ready() or "none loaded yet"
-            except Exception as e:
-                why = f"{type(e).__name__}: {e}"
-            return None, f"no serving certificate: {why}"
-        with self._lock:
-            if self._cached is None or self._cached[0] != pair:
-                built = _tls_context(pair)
-                if isinstance(built, str):
-                    log.error("cannot serve the webhook certificate: %s", built)
-                else:
-                    log.info("serving the webhook certificate expiring %s", _expiry(pair))
-                self._cached = (pair, built)
-            context = self._cached[1]
-        if isinstance(context, str):
-            return None, f"the serving certificate is unusable: {context}"
-        return context, ""
-
     def _serve_connection(self, sock: socket.socket, address: Any, server: _Server) -> None:
-        context, why = self._context()
-        if context is None:
-            log.debug("closing a connection from %s: %s", address, why)
+        tls = self._contexts.handshake(sock, address)
+        if tls is None:
             return  # the server closes the socket
-        sock.settimeout(HANDSHAKE_TIMEOUT)
-        try:
-            tls = context.wrap_socket(sock, server_side=True)
-        except (OSError, ValueError) as e:  # ssl.SSLError and timeouts are OSErrors
-            log.debug("TLS handshake with %s failed: %s", address, e)
-            return
         try:
             _RequestHandler(tls, address, server)
         finally:
             tls.close()
-
-
-def _tls_context(pair: KeyPair) -> ssl.SSLContext | str:
-    """A server context for ``pair``, or why it cannot be made."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(["http/1.1"])
-    try:
-        _load_chain(context, pair)
-    except (ssl.SSLError, OSError, ValueError) as e:
-        return f"{type(e).__name__}: {e}"
-    return context
-
-
-def _load_chain(context: ssl.SSLContext, pair: KeyPair) -> None:
-    """``ssl`` loads a certificate and key only from files. On Linux they are anonymous
-    in-memory files (works on a read-only root filesystem, never touches a disk); elsewhere,
-    files in a private temporary directory, removed at once."""
-    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
-        fds: list[int] = []
-        try:
-            for data in (pair.cert_pem, pair.key_pem):
-                fds.append(os.memfd_create("webhook-tls", os.MFD_CLOEXEC))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fds[-1], view) :]
-            context.load_cert_chain(f"/proc/self/fd/{fds[0]}", f"/proc/self/fd/{fds[1]}")
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return
-    with tempfile.TemporaryDirectory(prefix="webhook-tls-") as directory:
-        cert_file = os.path.join(directory, "tls.crt")
-        key_file = os.path.join(directory, "tls.key")
-        for path, data in ((cert_file, pair.cert_pem), (key_file, pair.key_pem)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        context.load_cert_chain(cert_file, key_file)
-
-
-def _expiry(pair: KeyPair) -> str:
-    try:
-        return not_after(pair.cert_pem).isoformat()
-    except ValueError:
-        return "(unknown)"
 
 
 class _Server(ThreadingHTTPServer):

@@ -116,6 +116,35 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+# --- a fixed pair -----------------------------------------------------------------------------
+
+
+class StaticCerts:
+    """A pair that never changes, held from the start: the self-signed certificate a server
+    makes for itself when it is given none (the metrics server, as controller-runtime's;
+    scrapers skip verifying it, or are given a mounted one with ``--metrics-cert-dir``)."""
+
+    def __init__(self, pair: KeyPair) -> None:
+        self._pair = pair
+
+    @classmethod
+    def self_signed(cls, dns_names: list[str], valid_for: timedelta) -> StaticCerts:
+        ca = generate_ca(f"{dns_names[0]}-ca", valid_for)
+        return cls(issue_serving_cert(ca, dns_names, valid_for=valid_for))
+
+    def current(self) -> KeyPair | None:
+        return self._pair
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def ready(self) -> str | None:
+        return None
+
+
 # --- a mounted Secret -----------------------------------------------------------------------
 
 
