@@ -60,5 +60,5 @@ RUN if python3 -m pip --version >/dev/null 2>&1; then \
     fi
 COPY --from=build /opt/ome /opt/ome
 USER 65532:65532
-EXPOSE 8080 8081 9443
+EXPOSE 8443 8081 9443
 ENTRYPOINT ["/opt/ome/bin/ome-manager"]

@@ -22,6 +22,8 @@ CLUSTER_SCOPED = {
     "clusterservingruntimes.ome.io",
     "clusterbasemodels.ome.io",
     "validatingwebhookconfigurations.admissionregistration.k8s.io",
+    "tokenreviews.authentication.k8s.io",
+    "subjectaccessreviews.authorization.k8s.io",
 }
 VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 

@@ -47,6 +47,21 @@ CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfigu
 #: needs to admit pods of that class in the namespace. config/ has neither.
 PRIORITY_CLASS = "system-cluster-critical"
 CHART_ONLY = {("ResourceQuota", "ome-critical-pods")}
+#: What the chart renders only with some values, which config/ has no counterpart of: the
+#: ServiceMonitor, the PrometheusRule and the Grafana dashboard (metrics.*.enabled).
+CHART_ONLY_METRICS = {
+    ("ServiceMonitor", "ome-controller-manager-metrics-monitor"),
+    ("PrometheusRule", "ome-tpu-slice-alerts"),
+    ("ConfigMap", "ome-tpu-slice-dashboard"),
+}
+METRICS_ON = (
+    "--set",
+    "metrics.serviceMonitor.enabled=true",
+    "--set",
+    "metrics.prometheusRule.enabled=true",
+    "--set",
+    "metrics.dashboard.enabled=true",
+)
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 JSON = dict[str, Any]
@@ -438,23 +453,36 @@ def test_the_deployment_and_its_pods_carry_control_plane_and_the_service_selects
     )
 
 
-def test_every_object_keeps_configs_labels_and_gets_the_helm_ones() -> None:
+@pytest.mark.parametrize("args", [(), METRICS_ON], ids=["guide-values", "metrics-objects"])
+def test_every_object_keeps_configs_labels_and_gets_the_helm_ones(args: tuple[str, ...]) -> None:
     theirs = {key(d): d["metadata"].get("labels", {}) for d in config_objects()}
-    for doc in render(values=SAMPLE_VALUES):
+    docs = render(*args, values=SAMPLE_VALUES)
+    if args:
+        assert {key(d) for d in docs} >= CHART_ONLY_METRICS
+    for doc in docs:
         labels = doc["metadata"]["labels"]
         assert theirs.get(key(doc), {}).items() <= labels.items(), key(doc)
-        assert key(doc) in theirs or key(doc) in CHART_ONLY, key(doc)
+        assert key(doc) in theirs or key(doc) in CHART_ONLY | CHART_ONLY_METRICS, key(doc)
         assert HELM_LABELS.items() <= labels.items(), key(doc)
 
 
 def test_cluster_scoped_names_follow_the_release_and_stay_consistent() -> None:
     docs = render(release="other", namespace="other-ns")
-    role = one(docs, "ClusterRole")
-    binding = one(docs, "ClusterRoleBinding")
+    role = one(docs, "ClusterRole", "other-manager-role")
+    binding = one(docs, "ClusterRoleBinding", "other-manager-rolebinding")
     hook = one(docs, "ValidatingWebhookConfiguration")
-    assert role["metadata"]["name"] == "other-manager-role"
-    assert binding["metadata"]["name"] == "other-manager-rolebinding"
     assert binding["roleRef"]["name"] == "other-manager-role"
+    # the metrics endpoint's: the scrapers' ClusterRole, and the manager's token reviews
+    assert sorted(key(d) for d in docs if d["kind"] in CLUSTER_SCOPED) == [
+        ("ClusterRole", "other-manager-role"),
+        ("ClusterRole", "other-metrics-auth-role"),
+        ("ClusterRole", "other-metrics-reader"),
+        ("ClusterRoleBinding", "other-manager-rolebinding"),
+        ("ClusterRoleBinding", "other-metrics-auth-rolebinding"),
+        ("ValidatingWebhookConfiguration", "other-inferencereplica-webhook"),
+    ]
+    auth = one(docs, "ClusterRoleBinding", "other-metrics-auth-rolebinding")
+    assert auth["roleRef"]["name"] == "other-metrics-auth-role"
     assert hook["metadata"]["name"] == "other-inferencereplica-webhook"
     (webhook_rule,) = [
         r for r in role["rules"] if "validatingwebhookconfigurations" in r["resources"]

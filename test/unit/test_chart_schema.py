@@ -102,7 +102,15 @@ def test_the_schema_knows_exactly_the_keys_of_values_yaml() -> None:
         known = set(node["properties"]) - {"global"}
         assert set(here) == known, f"{path or 'the top level'}: values.yaml {sorted(here)}"
         checked.append(path)
-    assert {"", "image", "serviceAccount", "webhook", "webhook.certManager"} <= set(checked)
+    assert {
+        "",
+        "image",
+        "serviceAccount",
+        "webhook",
+        "webhook.certManager",
+        "metrics",
+        "metrics.serviceMonitor",
+    } <= set(checked)
 
 
 def test_the_log_choices_are_the_managers() -> None:
@@ -216,6 +224,21 @@ REFUSED = [
         ("--set-json", 'ome.controller.tpuSliceProvisioning={"chipResource": 5}'),
         "at '/ome/controller/tpuSliceProvisioning/chipResource': got number, want string",
         id="block-type",
+    ),
+    pytest.param(
+        ("--set", "metrics.port=70000"),
+        "at '/metrics/port': maximum: got 70,000, want 65,535",
+        id="metrics-port",
+    ),
+    pytest.param(
+        ("--set", "metrics.secure=no"),
+        "at '/metrics/secure': got string, want boolean",
+        id="metrics-secure",
+    ),
+    pytest.param(
+        ("--set", "metrics.serviceMonitor.interval=30sec"),
+        "at '/metrics/serviceMonitor/interval': '30sec' does not match pattern",
+        id="monitor-interval",
     ),
 ]
 

@@ -3,7 +3,8 @@
 A table: each row sets one value (``helm template --set ...``) and reads the place it must
 show up in (the Deployment's pod spec or container, the ServiceAccount, the bindings, the
 webhook configuration); the same place read without the value must hold the default, so a
-row whose value landed nowhere fails. Then the objects that exist only with some values (the
+row whose value landed nowhere fails (a row may set others first, e.g. a ServiceMonitor's
+labels need the ServiceMonitor). Then the objects that exist only with some values (the
 PodDisruptionBudget, the ResourceQuota, cert-manager's Certificate and Issuer), and
 ``helm lint --strict`` with every value set at once.
 """
@@ -64,7 +65,7 @@ CONTAINER_SECURITY = {
 }
 CHART_ARGS = [
     "--leader-elect",
-    "--metrics-bind-address=:8080",
+    "--metrics-bind-address=:8443",
     "--health-probe-bind-address=:8081",
     "--webhook-bind-address=:9443",
     "--webhook-secret-name=ome-webhook-server-cert",
@@ -110,6 +111,37 @@ def kinds(docs: Docs, *wanted: str) -> list[tuple[str, str]]:
     return sorted((d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in wanted)
 
 
+METRICS_SERVICE = "ome-controller-manager-metrics-service"
+SERVICE_MONITOR = "ome-controller-manager-metrics-monitor"
+#: The metrics endpoint's RBAC (metrics.secure): the scrapers' ClusterRole, and the manager's
+#: TokenReviews and SubjectAccessReviews.
+METRICS_RBAC = [
+    ("ClusterRole", "ome-metrics-auth-role"),
+    ("ClusterRole", "ome-metrics-reader"),
+    ("ClusterRoleBinding", "ome-metrics-auth-rolebinding"),
+]
+MONITOR_ON = ("--set", "metrics.serviceMonitor.enabled=true")
+
+
+def metrics_service(docs: Docs) -> JSON:
+    return one(docs, "Service", METRICS_SERVICE)
+
+
+def monitor_endpoint(docs: Docs) -> JSON:
+    (endpoint,) = one(docs, "ServiceMonitor", SERVICE_MONITOR)["spec"]["endpoints"]
+    assert isinstance(endpoint, dict)
+    return endpoint
+
+
+def added_labels(obj: JSON) -> JSON:
+    """An object's labels less the chart's own (app.kubernetes.io/*, helm.sh/chart)."""
+    return {
+        k: v
+        for k, v in obj["metadata"]["labels"].items()
+        if not k.startswith(("app.kubernetes.io/", "helm.sh/"))
+    }
+
+
 @dataclass(frozen=True)
 class Row:
     """One value: the helm arguments that set it, where it shows up, what is there then, and
@@ -120,6 +152,8 @@ class Row:
     where: Callable[[Docs], Any]
     rendered: Any
     default: Any
+    #: Set in both renders, before the value: what the value's place needs to exist.
+    given: tuple[str, ...] = ()
 
 
 def _json(value: Any) -> str:
@@ -249,6 +283,76 @@ ROWS = [
             [a for a in CHART_ARGS if a.startswith("--webhook-")],
         ),
     ),
+    Row(
+        "metrics.port",
+        ("--set", "8444"),
+        lambda d: (
+            [a for a in container(d)["args"] if a.startswith("--metrics-")],
+            [p["containerPort"] for p in container(d)["ports"] if p["name"] == "metrics"],
+            [(p["port"], p["targetPort"]) for p in metrics_service(d)["spec"]["ports"]],
+        ),
+        (["--metrics-bind-address=:8444"], [8444], [(8444, "metrics")]),
+        (["--metrics-bind-address=:8443"], [8443], [(8443, "metrics")]),
+    ),
+    Row(
+        "metrics.secure",
+        ("--set", "false"),
+        lambda d: (
+            [a for a in container(d)["args"] if a.startswith("--metrics-")],
+            [p["name"] for p in metrics_service(d)["spec"]["ports"]],
+            kinds(d, "ClusterRole", "ClusterRoleBinding"),
+        ),
+        (
+            ["--metrics-bind-address=:8443", "--metrics-secure=false"],
+            ["http"],
+            [
+                ("ClusterRole", "ome-manager-role"),
+                ("ClusterRoleBinding", "ome-manager-rolebinding"),
+            ],
+        ),
+        (
+            ["--metrics-bind-address=:8443"],
+            ["https"],
+            sorted(
+                [
+                    ("ClusterRole", "ome-manager-role"),
+                    ("ClusterRoleBinding", "ome-manager-rolebinding"),
+                    *METRICS_RBAC,
+                ]
+            ),
+        ),
+    ),
+    Row(
+        "metrics.serviceMonitor.enabled",
+        ("--set", "true"),
+        lambda d: kinds(d, "ServiceMonitor"),
+        [("ServiceMonitor", SERVICE_MONITOR)],
+        [],
+    ),
+    Row(
+        "metrics.serviceMonitor.labels",
+        ("--set-json", '{"release": "kube-prometheus-stack"}'),
+        lambda d: added_labels(one(d, "ServiceMonitor", SERVICE_MONITOR)),
+        {"release": "kube-prometheus-stack"},
+        {},
+        given=MONITOR_ON,
+    ),
+    Row(
+        "metrics.serviceMonitor.interval",
+        ("--set", "15s"),
+        lambda d: monitor_endpoint(d).get("interval"),
+        "15s",
+        None,
+        given=MONITOR_ON,
+    ),
+    Row(
+        "metrics.serviceMonitor.scrapeTimeout",
+        ("--set", "10s"),
+        lambda d: monitor_endpoint(d).get("scrapeTimeout"),
+        "10s",
+        None,
+        given=MONITOR_ON,
+    ),
 ]
 
 
@@ -259,15 +363,16 @@ def _set(row: Row) -> tuple[str, str]:
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.value for r in ROWS])
 def test_each_value_shows_up_where_it_belongs(row: Row) -> None:
-    assert row.where(render()) == row.default
-    assert row.where(render(*_set(row))) == row.rendered
+    assert row.where(render(*row.given)) == row.default
+    assert row.where(render(*row.given, *_set(row))) == row.rendered
 
 
 #: Values whose place is checked by another test: test_chart.py's
-#: test_values_show_up_where_they_should and its ConfigMap tests, the tests below, and
-#: test_alerts.py (metrics.prometheusRule).
+#: test_values_show_up_where_they_should and its ConfigMap tests, the tests below,
+#: test_alerts.py (metrics.prometheusRule) and test_dashboard.py (metrics.dashboard).
 TESTED_ELSEWHERE = {
-    "metrics",
+    "metrics.prometheusRule",
+    "metrics.dashboard",
     "image",
     "nodeSelector",
     "tolerations",
@@ -280,10 +385,10 @@ TESTED_ELSEWHERE = {
 
 
 def _names(values: JSON, prefix: str = "") -> list[str]:
-    """values.yaml's values, the chart's own groups (serviceAccount, webhook) opened."""
+    """values.yaml's values, the chart's own groups (serviceAccount, webhook, metrics) opened."""
     names = []
     for key, value in values.items():
-        if key in ("serviceAccount", "webhook", "certManager"):
+        if key in ("serviceAccount", "webhook", "certManager", "metrics", "serviceMonitor"):
             names += _names(value, f"{prefix}{key}.")
         else:
             names.append(f"{prefix}{key}")
@@ -431,6 +536,16 @@ EVERY_VALUE: JSON = {
     "podSecurityContext": {"fsGroup": 2000},
     "securityContext": {"readOnlyRootFilesystem": True},
     "webhook": {"certManager": {"enabled": True, "issuerRef": ISSUER}},
+    "metrics": {
+        "port": 8444,
+        "secure": True,
+        "serviceMonitor": {
+            "enabled": True,
+            "labels": {"release": "kube-prometheus-stack"},
+            "interval": "15s",
+            "scrapeTimeout": "10s",
+        },
+    },
 }
 
 
@@ -441,11 +556,23 @@ def test_helm_lint_strict_and_template_pass_with_every_value_set(tmp_path: Path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 chart(s) failed" in out.stdout
     docs = render(values=values)
-    assert kinds(docs, "PodDisruptionBudget", "ResourceQuota", "Certificate", "Issuer") == [
+    assert kinds(
+        docs, "PodDisruptionBudget", "ResourceQuota", "Certificate", "Issuer", "ServiceMonitor"
+    ) == [
         ("Certificate", "ome-serving-cert"),
         ("PodDisruptionBudget", "ome-controller-manager"),
         ("ResourceQuota", "ome-critical-pods"),
+        ("ServiceMonitor", SERVICE_MONITOR),
     ]
+    assert kinds(docs, "ClusterRole", "ClusterRoleBinding") == sorted(
+        [
+            ("ClusterRole", "ome-manager-role"),
+            ("ClusterRoleBinding", "ome-manager-rolebinding"),
+            *METRICS_RBAC,
+        ]
+    )
+    assert monitor_endpoint(docs)["port"] == "https"
+    assert "--metrics-bind-address=:8444" in container(docs)["args"]
     assert pod(docs)["serviceAccountName"] == "ome-manager-sa"
     assert container(docs)["args"][-3:] == [
         "--log-level=debug",

@@ -1,6 +1,10 @@
 """config/rbac grants ome-manager exactly what its code uses: the audit below, one entry per
 resource with the modules that need each verb, must equal what the rules grant, so a verb
-added to the code without a grant (or a grant the code no longer needs) fails here."""
+added to the code without a grant (or a grant the code no longer needs) fails here.
+
+One ClusterRole there is not the manager's: ome-metrics-reader, get on /metrics, which
+scrapers of the manager's secure metrics endpoint are bound to (nothing in config/ binds it).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ RBAC = Path(__file__).resolve().parents[2] / "config" / "rbac"
 NAMESPACE = "ome"
 SERVICE_ACCOUNT = "ome-controller-manager"
 SLICES = "slices.accelerator.gke.io"
+#: The scrapers' ClusterRole (metrics_reader_role.yaml), not the manager's.
+METRICS_READER = "ome-metrics-reader"
 
 #: The audit of pkg/ome: resource (``plural[.group][/subresource]``) -> the verbs the manager
 #: sends. Informers (runtime/informer.py, created in controllers/setup.py) list and watch;
@@ -67,6 +73,11 @@ AUDIT: dict[str, set[str]] = {
     "configmaps": {"get"},
     # get, create, update: runtime/leader.py LeaderElector._call (GET, POST, PUT).
     "leases.coordination.k8s.io": {"create", "get", "update"},
+    # create: runtime/metricsauth.py DelegatingAuth, the secure metrics endpoint
+    # (--metrics-secure): a TokenReview per scrape's bearer token (_authenticate), a
+    # SubjectAccessReview of get on /metrics for its user (_authorize). Cluster-scoped.
+    "tokenreviews.authentication.k8s.io": {"create"},
+    "subjectaccessreviews.authorization.k8s.io": {"create"},
 }
 
 #: (resource, verb) -> the only object names it is granted on. Everything absent here is
@@ -118,6 +129,11 @@ def of_kind(*kinds: str) -> list[dict[str, Any]]:
     return [d for d in documents() if d["kind"] in kinds]
 
 
+def manager_roles(*kinds: str) -> list[dict[str, Any]]:
+    """The roles of ``kinds`` that grant the manager, i.e. all but the scrapers'."""
+    return [d for d in of_kind(*kinds) if d["metadata"]["name"] != METRICS_READER]
+
+
 def resource_key(group: str, resource: str) -> str:
     plural, _, sub = resource.partition("/")
     return f"{plural}{'.' + group if group else ''}{'/' + sub if sub else ''}"
@@ -138,7 +154,7 @@ def grants(docs: list[dict[str, Any]]) -> dict[tuple[str, str], list[set[str] | 
 
 def test_the_audit_equals_what_the_rules_grant() -> None:
     granted: dict[str, set[str]] = defaultdict(set)
-    for resource, verb in grants(of_kind("ClusterRole", "Role")):
+    for resource, verb in grants(manager_roles("ClusterRole", "Role")):
         granted[resource].add(verb)
     assert dict(granted) == AUDIT
 
@@ -158,7 +174,7 @@ def test_the_cluster_role_never_updates_nor_patches_slices() -> None:
 
 
 def test_no_rule_uses_a_wildcard() -> None:
-    for doc in of_kind("ClusterRole", "Role"):
+    for doc in manager_roles("ClusterRole", "Role"):
         for rule in doc["rules"]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert not any("*" in value for value in rule.get(field) or []), (doc, rule)
@@ -166,7 +182,7 @@ def test_no_rule_uses_a_wildcard() -> None:
 
 
 def test_grants_by_name_stay_by_name() -> None:
-    for (resource, verb), rules in grants(of_kind("ClusterRole", "Role")).items():
+    for (resource, verb), rules in grants(manager_roles("ClusterRole", "Role")).items():
         wanted = BY_NAME.get((resource, verb))
         if wanted is None:
             assert rules == [None], f"{verb} {resource}"
@@ -175,7 +191,7 @@ def test_grants_by_name_stay_by_name() -> None:
 
 
 def test_own_namespace_resources_are_granted_in_ome_only() -> None:
-    cluster = {res for (res, _verb) in grants(of_kind("ClusterRole"))}
+    cluster = {res for (res, _verb) in grants(manager_roles("ClusterRole"))}
     assert not cluster & OWN_NAMESPACE_ONLY
     for doc in of_kind("Role", "RoleBinding"):
         assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
@@ -187,10 +203,11 @@ def test_the_bindings_name_the_service_account_in_ome() -> None:
     (account,) = of_kind("ServiceAccount")
     assert account["metadata"] == {**account["metadata"], "name": SERVICE_ACCOUNT}
     assert account["metadata"]["namespace"] == NAMESPACE
-    roles = {(d["kind"], d["metadata"]["name"]) for d in of_kind("ClusterRole", "Role")}
+    roles = {(d["kind"], d["metadata"]["name"]) for d in manager_roles("ClusterRole", "Role")}
     bindings = of_kind("ClusterRoleBinding", "RoleBinding")
     assert {(d["kind"], d["metadata"]["name"]) for d in bindings} == {
         ("ClusterRoleBinding", "ome-manager-rolebinding"),
+        ("ClusterRoleBinding", "ome-metrics-auth-rolebinding"),
         ("RoleBinding", "ome-manager-rolebinding"),
         ("RoleBinding", "ome-leader-election-rolebinding"),
     }
@@ -205,6 +222,26 @@ def test_the_bindings_name_the_service_account_in_ome() -> None:
         assert ref["kind"] == ("ClusterRole" if binding["kind"] == "ClusterRoleBinding" else "Role")
         bound.add((ref["kind"], ref["name"]))
     assert bound == roles
+
+
+def test_the_metrics_reader_grants_exactly_get_on_metrics_and_is_bound_by_nobody() -> None:
+    (reader,) = (d for d in of_kind("ClusterRole") if d["metadata"]["name"] == METRICS_READER)
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    bound = {d["roleRef"]["name"] for d in of_kind("ClusterRoleBinding", "RoleBinding")}
+    assert METRICS_READER not in bound  # the scraper's to bind, never the manager's
+
+
+def test_the_metrics_reviews_are_the_metrics_auth_roles_alone() -> None:
+    reviews = {"tokenreviews.authentication.k8s.io", "subjectaccessreviews.authorization.k8s.io"}
+    for doc in manager_roles("ClusterRole", "Role"):
+        granted = {res for (res, _verb) in grants([doc])}
+        if doc["metadata"]["name"] == "ome-metrics-auth-role":
+            assert doc["kind"] == "ClusterRole"
+            assert {(res, verb) for (res, verb) in grants([doc])} == {
+                (res, "create") for res in reviews
+            }
+        else:
+            assert not granted & reviews, doc["metadata"]["name"]
 
 
 def test_every_file_starts_with_a_comment_and_is_in_the_kustomization() -> None:

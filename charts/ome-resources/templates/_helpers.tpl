@@ -31,6 +31,41 @@ Names in the release's namespace are config/'s as they are.
 {{- end }}
 
 {{/*
+The metrics endpoint's (metrics.secure): the ClusterRole scrapers are bound to (get on
+/metrics), and the ClusterRole, with its binding, that lets the manager check their tokens
+(TokenReviews, SubjectAccessReviews). ome-metrics-reader, ome-metrics-auth-role and
+ome-metrics-auth-rolebinding for the release ome, as in config/rbac.
+*/}}
+{{- define "ome-resources.metricsReaderName" -}}
+{{- printf "%s-metrics-reader" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ome-resources.metricsAuthRoleName" -}}
+{{- printf "%s-metrics-auth-role" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "ome-resources.metricsAuthRoleBindingName" -}}
+{{- printf "%s-metrics-auth-rolebinding" .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The manager's metrics port (metrics.port, 8443 by default), where --metrics-bind-address
+binds and the metrics Service sends scrapes.
+*/}}
+{{- define "ome-resources.metricsPort" -}}
+{{- dig "metrics" "port" 8443 .Values.AsMap | int }}
+{{- end }}
+
+{{/*
+"true" when the manager serves its metrics over HTTPS to authenticated and authorized
+scrapers only (metrics.secure, the default), else empty: plain HTTP to anyone
+(--metrics-secure=false). Only an explicit false turns it off.
+*/}}
+{{- define "ome-resources.metricsSecure" -}}
+{{- if not (eq (dig "metrics" "secure" true .Values.AsMap) false) }}true{{ end }}
+{{- end }}
+
+{{/*
 The ValidatingWebhookConfiguration, which the manager's --webhook-config-name names and the
 ClusterRole lets it get and update (its caBundle).
 */}}

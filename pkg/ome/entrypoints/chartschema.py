@@ -54,6 +54,9 @@ def _object(properties: JSON, nullable: bool = False) -> JSON:
 _KUBE_OBJECT: JSON = {"type": ["object", "null"]}
 _KUBE_LIST: JSON = {"type": ["array", "null"], "items": {"type": "object"}}
 _STRING_MAP: JSON = {"type": ["object", "null"], "additionalProperties": {"type": "string"}}
+#: A Prometheus duration (30m, 1h30m); the optional one may be empty (Prometheus' default).
+_DURATION: JSON = {"type": "string", "pattern": "^([0-9]+(ms|s|m|h|d|w|y))+$"}
+_OPTIONAL_DURATION: JSON = {"type": "string", "pattern": "^(([0-9]+(ms|s|m|h|d|w|y))+)?$"}
 
 
 def _named_list(what: str) -> JSON:
@@ -151,15 +154,22 @@ def schema() -> JSON:
             ),
             "metrics": _object(
                 {
+                    "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                    "secure": {"type": "boolean"},
+                    "serviceMonitor": _object(
+                        {
+                            "enabled": {"type": "boolean"},
+                            "labels": _STRING_MAP,
+                            "interval": _OPTIONAL_DURATION,
+                            "scrapeTimeout": _OPTIONAL_DURATION,
+                        }
+                    ),
                     "prometheusRule": _object(
                         {
                             "enabled": {"type": "boolean"},
                             "labels": _STRING_MAP,
                             "capacityWaitSeconds": {"type": "integer", "minimum": 1},
-                            "releaseDeferredFor": {
-                                "type": "string",
-                                "pattern": "^([0-9]+(ms|s|m|h|d|w|y))+$",
-                            },
+                            "releaseDeferredFor": _DURATION,
                         }
                     ),
                     "dashboard": _object(
