@@ -19,8 +19,9 @@
 #   5. `helm upgrade --install` charts/ome-resources with the guide's Step 1 values
 #      (config/samples/values.yaml) and the image just built, and wait for the rollout;
 #      then the sample model and runtime (config/samples);
-#   6. run pytest test/e2e with OME_E2E_KUBECONFIG (and OME_E2E_METRICS_URL, through a
-#      kubectl port-forward to the manager's metrics port);
+#   6. run pytest test/e2e with OME_E2E_KUBECONFIG (and OME_E2E_METRICS_URL: `ome-sim
+#      metrics-relay` in front of a kubectl port-forward of the metrics Service, which
+#      scrapes its HTTPS with a metrics-reader token);
 #   7. tear everything down, on success and on failure alike (unless KEEP_CLUSTER=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ome-kind-e2e.XXXXXX")"
 export KUBECONFIG="$WORK/kubeconfig"
 PROVIDER_PID=""
 FORWARD_PID=""
+RELAY_PID=""
 CREATED=""
 
 teardown() {
@@ -55,7 +57,7 @@ teardown() {
     kubectl logs -n ome -l control-plane=ome-controller-manager --tail=-1 \
       >"$WORK/manager.log" 2>&1 || true
   fi
-  for pid in "$FORWARD_PID" "$PROVIDER_PID"; do
+  for pid in "$RELAY_PID" "$FORWARD_PID" "$PROVIDER_PID"; do
     if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
       kill -INT "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
@@ -113,12 +115,23 @@ kubectl apply -f config/samples/clusterbasemodel-qwen3-0-6b.yaml \
   -f config/samples/clusterservingruntime-srt-qwen3-tpu.yaml
 
 say "6/7 running test/e2e against the cluster"
+# The metrics are HTTPS behind a bearer token: a port-forward of the metrics Service, and
+# ome-sim metrics-relay in front of it (plain HTTP, with a metrics-reader token).
 port="$("$BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-kubectl port-forward -n ome deployment/ome-controller-manager "$port:8080" \
+kubectl port-forward -n ome service/ome-controller-manager-metrics-service "$port:8443" \
   >"$WORK/port-forward.log" 2>&1 &
 FORWARD_PID=$!
+"$BIN/ome-sim" metrics-relay --kubeconfig "$KUBECONFIG" --to "127.0.0.1:$port" \
+  >"$WORK/metrics-relay.log" 2>&1 &
+RELAY_PID=$!
+for _ in $(seq 1 100); do
+  grep -q '^manager metrics: ' "$WORK/metrics-relay.log" && break
+  sleep 0.1
+done
+metrics_url="$(sed -n 's/^manager metrics: //p' "$WORK/metrics-relay.log")"
+[[ -n "$metrics_url" ]] || die "ome-sim metrics-relay did not start: $(cat "$WORK/metrics-relay.log")"
 # shellcheck disable=SC2086 # PYTEST_ARGS is split on purpose
-OME_E2E_KUBECONFIG="$KUBECONFIG" OME_E2E_METRICS_URL="http://127.0.0.1:$port/metrics" \
+OME_E2E_KUBECONFIG="$KUBECONFIG" OME_E2E_METRICS_URL="$metrics_url" \
   "$BIN/python" -m pytest test/e2e ${PYTEST_ARGS:-}
 
 say "7/7 passed; tearing down"

@@ -266,6 +266,28 @@ def _provider(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics_relay(args: argparse.Namespace) -> int:
+    interrupted = _interrupt_event()
+    target = None
+    if args.to:
+        host, _, port = args.to.rpartition(":")
+        if not host or not port.isdigit():
+            return fail(f"metrics-relay: --to {args.to!r}: want HOST:PORT")
+        target = (host, int(port))
+    try:
+        rest = _rest(str(args.kubeconfig))
+        relay = helmrun.metrics_relay(rest, target)
+    except config.ConfigException as e:
+        return fail(f"metrics-relay: cannot use kubeconfig {args.kubeconfig}: {e}")
+    say(f"manager metrics: http://127.0.0.1:{relay.port}/metrics")
+    say("press Ctrl-C to stop")
+    try:
+        _wait(interrupted)
+    finally:
+        relay.close()
+    return 0
+
+
 def _reason(error: HTTPError) -> str:
     """The root cause of a urllib3 failure, without the retry wrapper's noise."""
     reason = getattr(error, "reason", None)
@@ -572,6 +594,18 @@ def build_parser() -> argparse.ArgumentParser:
     prov.add_argument("--kubeconfig", required=True, type=Path, help="the cluster to play GKE in")
     _provider_flags(prov)
     prov.set_defaults(func=_provider)
+
+    relay = sub.add_parser(
+        "metrics-relay",
+        help="serve the manager's secure metrics as plain HTTP on 127.0.0.1",
+        description="Serve http://127.0.0.1:<port>/metrics, each GET fetched from the "
+        "manager's HTTPS metrics with the token of the ServiceAccount ome/ome-metrics-scraper "
+        "(created and bound to the ClusterRole ome-metrics-reader): from the ready manager "
+        "pod's IP, or from --to (e.g. a kubectl port-forward of the metrics Service).",
+    )
+    relay.add_argument("--kubeconfig", required=True, type=Path, help="the cluster OME runs in")
+    relay.add_argument("--to", default="", metavar="HOST:PORT", help="where the metrics are")
+    relay.set_defaults(func=_metrics_relay)
 
     bench = sub.add_parser(
         "bench",

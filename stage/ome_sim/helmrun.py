@@ -6,7 +6,8 @@ The manager then runs as the Deployment's pod: the provider's kubelet stand-in s
 a process (``Options.run_images``) and maps its container ports to free loopback ports,
 which it writes on the pod (annotation ``sim.ome.io/ports``); its kube-proxy stand-in
 serves the webhook Service at its (loopback) ClusterIP, so kube-apiserver calls the webhook
-as the chart configures it. `metrics_relay` gives the metrics a URL that outlives pods.
+as the chart configures it. `metrics_relay` gives the metrics a plain-HTTP URL that outlives
+pods, scraping the manager's HTTPS metrics with a metrics-reader token.
 
 Helm itself is hack/helm.sh's pinned binary; ``kubectl rollout status``'s rule is
 `rollout_done`.
@@ -15,11 +16,15 @@ Helm itself is hack/helm.sh's pinned binary; ``kubectl rollout status``'s rule i
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,6 @@ from ome.kube import Resource
 from ome.runtime.rest import PODS, Rest
 
 from . import system
-from .gke.serviceproxy import Relay
 
 JSON = dict[str, Any]
 
@@ -40,7 +44,10 @@ RELEASE = "ome"
 DEPLOYMENT = "ome-controller-manager"
 SELECTOR = "control-plane=ome-controller-manager"
 PORTS_ANNOTATION = "sim.ome.io/ports"
-METRICS_PORT = "8080"
+METRICS_PORT = "8443"
+#: The ServiceAccount the metrics relay scrapes as, and the chart's role it is bound to.
+SCRAPER = "ome-metrics-scraper"
+METRICS_READER = "ome-metrics-reader"
 #: The chart's image repository: the pods the kubelet stand-in runs as processes.
 MANAGER_IMAGE = "ghcr.io/moirai-internal/ome-manager"
 
@@ -187,16 +194,113 @@ def serving_pod(rest: Rest) -> JSON | None:
     return candidates[-1] if candidates else None
 
 
-def metrics_relay(rest: Rest) -> Relay:
-    """A stable ``127.0.0.1:<port>`` for the manager's metrics, relayed to the serving
-    manager pod's metrics at each connection: pods change with every rollout, the printed
-    URL does not (what ``kubectl port-forward deployment/...`` gives)."""
+class MetricsRelay:
+    """``http://127.0.0.1:<port>/metrics`` for the manager's secure metrics: each GET is
+    fetched from the serving manager pod over HTTPS with the bearer token of the
+    ServiceAccount ``ome-metrics-scraper``, bound to the chart's ``metrics-reader``
+    ClusterRole, as a Prometheus in the cluster scrapes; the pod's answer (a 401 or 403
+    included) is passed on. Pods change with every rollout, the printed URL does not.
 
-    def resolve() -> tuple[str, int] | None:
-        try:
-            pod = serving_pod(rest)
-        except (ApiException, HTTPError, OSError):
-            return None
-        return metrics_address(pod) if pod else None
+    Written by hand on the standard library: a stage helper of one GET route. The token is
+    requested once (TokenRequest) and again after a 401."""
 
-    return Relay("127.0.0.1", 0, resolve)
+    def __init__(self, rest: Rest, target: tuple[str, int] | None = None) -> None:
+        self._rest = rest
+        self._target = target  # a fixed address (a port-forward's), else the serving pod
+        self._lock = threading.Lock()
+        self._token: str | None = None  # under _lock
+        self._tls = ssl.create_default_context()
+        self._tls.check_hostname = False
+        self._tls.verify_mode = ssl.CERT_NONE  # the manager's certificate is self-signed
+        relay = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                code, content_type, body = relay.fetch(self.path)
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        serve = self._server.serve_forever
+        threading.Thread(target=serve, name="metrics-relay", daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def token(self, fresh: bool = False) -> str:
+        with self._lock:
+            if self._token is None or fresh:
+                ensure_metrics_scraper(self._rest)
+                self._token = system.service_account_token(self._rest, SCRAPER, system.NAMESPACE)
+            return self._token
+
+    def fetch(self, path: str) -> tuple[int, str, bytes]:
+        address = self._target
+        if address is None:
+            try:
+                pod = serving_pod(self._rest)
+            except (ApiException, HTTPError, OSError) as e:
+                return 503, "text/plain", f"cannot list the manager's pods: {e}\n".encode()
+            address = metrics_address(pod) if pod else None
+        if address is None:
+            return 503, "text/plain", b"no ready manager pod serves metrics yet\n"
+        host, port = address
+        for fresh in (False, True):
+            try:
+                token = self.token(fresh)
+            except (ApiException, HTTPError, OSError) as e:
+                return 503, "text/plain", f"cannot get a scraper token: {e}\n".encode()
+            request = urllib.request.Request(f"https://{host}:{port}{path}")
+            request.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(request, timeout=10, context=self._tls) as r:
+                    return r.status, r.headers.get("Content-Type", "text/plain"), r.read()
+            except urllib.error.HTTPError as e:
+                if e.code == 401 and not fresh:
+                    continue
+                return e.code, e.headers.get("Content-Type", "text/plain"), e.read()
+            except OSError as e:
+                return 502, "text/plain", f"the manager's metrics at {host}:{port}: {e}\n".encode()
+        return 502, "text/plain", b"unreachable\n"
+
+
+def ensure_metrics_scraper(rest: Rest) -> None:
+    """The ServiceAccount the relay scrapes as, bound to the chart's metrics-reader role."""
+    system.create(
+        rest,
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": SCRAPER, "namespace": system.NAMESPACE},
+        },
+    )
+    system.create(
+        rest,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": SCRAPER},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": METRICS_READER,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": SCRAPER, "namespace": system.NAMESPACE}
+            ],
+        },
+    )
+
+
+def metrics_relay(rest: Rest, target: tuple[str, int] | None = None) -> MetricsRelay:
+    """A stable plain-HTTP URL for the manager's secure metrics (see `MetricsRelay`)."""
+    return MetricsRelay(rest, target)

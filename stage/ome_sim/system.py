@@ -25,6 +25,7 @@ import copy
 import ctypes
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -187,8 +188,9 @@ class ManagerProcess:
             self.lines = [*self.lines[-19:], message]
             for what in ("probes", "metrics", "admission webhooks"):
                 prefix = f"serving {what} on port "
-                if message.startswith(prefix):
-                    self.ports[what] = int(message[len(prefix) :])
+                port = re.match(r"\d+", message[len(prefix) :])
+                if message.startswith(prefix) and port:
+                    self.ports[what] = int(port.group())
             self._seen.notify_all()
 
     def wait_for_port(self, what: str, timeout: float) -> int:
@@ -311,6 +313,9 @@ def start_manager(
         "--namespace",
         NAMESPACE,
         *binds,
+        # Plain HTTP, so the printed metrics URL answers curl as the guide shows it: the
+        # embedded API server has no TokenReview to check a scraper's token with.
+        "--metrics-secure=false",
         "--log-format",
         "json",
         *extra,

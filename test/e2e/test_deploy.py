@@ -177,24 +177,111 @@ CERT_MANAGER = "github.com/cert-manager/cert-manager@v1.21.2"
 CERT_MANAGER_CRDS = ("cert-manager.io_certificates.yaml", "cert-manager.io_issuers.yaml")
 
 
-def cert_manager_crds(tmp_path: Path) -> list[Path]:
-    """The Certificate and Issuer CRDs from cert-manager's Go module, as its release ships
-    them (deploy/crds), fetched through the Go module proxy as make e2e-kube's builds are."""
+def module_dir(module: str, tmp_path: Path) -> Path:
+    """A Go module's files, fetched through the Go module proxy as make e2e-kube's builds
+    are (``go mod download``), for the CRDs a project ships in its repository."""
     go = shutil.which("go")
-    assert go is not None, (
-        "needs go on the PATH to fetch cert-manager's CRDs (make e2e-kube has it)"
-    )
+    assert go is not None, f"needs go on the PATH to fetch {module} (make e2e-kube has it)"
     out = subprocess.run(
-        [go, "mod", "download", "-json", CERT_MANAGER],
+        [go, "mod", "download", "-json", module],
         cwd=tmp_path,
         env={**os.environ, "GOFLAGS": "-mod=mod"},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert out.returncode == 0, f"go mod download {CERT_MANAGER}: {out.stderr}{out.stdout}"
-    crds = Path(json.loads(out.stdout)["Dir"]) / "deploy" / "crds"
+    assert out.returncode == 0, f"go mod download {module}: {out.stderr}{out.stdout}"
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def cert_manager_crds(tmp_path: Path) -> list[Path]:
+    """The Certificate and Issuer CRDs from cert-manager's Go module, as its release ships
+    them (deploy/crds)."""
+    crds = module_dir(CERT_MANAGER, tmp_path) / "deploy" / "crds"
     return [crds / name for name in CERT_MANAGER_CRDS]
+
+
+#: The prometheus-operator, whose CRDs the chart's ServiceMonitor and PrometheusRule are
+#: written for (monitoring.coreos.com/v1); v0.94.1 is the newest the module proxy serves.
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.94.1"
+MONITORING_CRDS = (
+    "monitoring.coreos.com_servicemonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+)
+METRICS_SERVICE = "ome-controller-manager-metrics-service"
+
+
+def monitoring_crds(tmp_path: Path) -> list[Path]:
+    """The ServiceMonitor and PrometheusRule CRDs, as the operator's repository ships them
+    (example/prometheus-operator-crd)."""
+    crds = module_dir(PROMETHEUS_OPERATOR, tmp_path) / "example" / "prometheus-operator-crd"
+    return [crds / name for name in MONITORING_CRDS]
+
+
+def test_the_service_monitor_is_admitted_and_selects_the_metrics_service(
+    kube: Environment, tmp_path: Path
+) -> None:
+    """metrics.serviceMonitor.enabled: the ServiceMonitor is created against the
+    prometheus-operator's own CRD, and its selector and namespaceSelector find exactly the
+    running manager's metrics Service, on a port that Service has. The PrometheusRule of
+    metrics.prometheusRule.enabled is admitted too (a server-side dry run)."""
+    crds = monitoring_crds(tmp_path)
+    for crd in crds:
+        kube.kubectl("apply", "--server-side", "-f", str(crd), timeout=60)
+    try:
+        kube.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com", timeout=90,
+        )  # fmt: skip
+        rendered = documents(
+            guide_chart(
+                "--set", "metrics.serviceMonitor.enabled=true",
+                "--set", "metrics.serviceMonitor.labels.release=prometheus",
+                "--set", "metrics.prometheusRule.enabled=true",
+            )
+        )  # fmt: skip
+        (monitor,) = [d for d in rendered if d["kind"] == "ServiceMonitor"]
+        (rule,) = [d for d in rendered if d["kind"] == "PrometheusRule"]
+        created = kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(monitor)).stdout
+        assert created.split()[0] == (
+            "servicemonitor.monitoring.coreos.com/ome-controller-manager-metrics-monitor"
+        ), created
+        live = json.loads(
+            kube.kubectl(
+                "get", "servicemonitor", "ome-controller-manager-metrics-monitor",
+                "-n", RUNNING, "-o", "json",
+            ).stdout
+        )  # fmt: skip
+        spec = live["spec"]
+        selector = ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items())
+        found = [
+            service
+            for namespace in spec["namespaceSelector"]["matchNames"]
+            for service in json.loads(
+                kube.kubectl(
+                    "get", "services", "-n", namespace, "-l", selector, "-o", "json"
+                ).stdout
+            )["items"]
+        ]
+        assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in found] == [
+            (RUNNING, METRICS_SERVICE)
+        ]
+        ports = {p["name"] for p in found[0]["spec"]["ports"]}
+        assert [e["port"] for e in spec["endpoints"]] == ["https"]
+        assert "https" in ports
+        assert live["metadata"]["labels"]["release"] == "prometheus"
+        lines = dry_run(kube, yaml.safe_dump(rule))
+        assert lines == [
+            "prometheusrule.monitoring.coreos.com/ome-tpu-slice-alerts created (server dry run)"
+        ]
+    finally:
+        kube.kubectl(
+            "delete", "servicemonitor", "ome-controller-manager-metrics-monitor", "-n", RUNNING,
+            "--ignore-not-found", check=False, timeout=60,
+        )  # fmt: skip
+        for crd in crds:
+            kube.kubectl("delete", "--ignore-not-found", "-f", str(crd), timeout=90)
 
 
 def test_the_cert_manager_objects_are_admitted_by_the_server(

@@ -49,6 +49,7 @@ POD = {
                 "image": f"{IMAGE}:test",
                 "args": [
                     "--metrics-bind-address=:8080",
+                    "--metrics-secure=false",
                     "--health-probe-bind-address=:8081",
                     "--webhook-bind-address=0",
                 ],

@@ -380,6 +380,14 @@ UNEXERCISED = {
     ("inferencereplicas.ome.io", "delete"): "a component removed from a service; the guide "
     "removes none (test/integration/test_omenative.py does)",
     **{
+        (resource, "create"): "secure metrics: make run serves plain HTTP "
+        "(--metrics-secure=false); test/e2e/test_metrics_auth.py scrapes them on kube-apiserver"
+        for resource in (
+            "tokenreviews.authentication.k8s.io",
+            "subjectaccessreviews.authorization.k8s.io",
+        )
+    },
+    **{
         ("leases.coordination.k8s.io", verb): "leader election: ome-sim run starts one manager "
         "without --leader-elect (the Deployment has it; test/integration/test_leader.py)"
         for verb in ("create", "get", "update")

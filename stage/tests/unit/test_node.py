@@ -95,9 +95,9 @@ def pod(annotations: dict[str, str] | None = None, ip: str | None = None) -> dic
 @pytest.mark.parametrize(
     "given, address",
     [
-        (pod({helmrun.PORTS_ANNOTATION: '{"8080": 41234}'}, "127.0.0.1"), ("127.0.0.1", 41234)),
+        (pod({helmrun.PORTS_ANNOTATION: '{"8443": 41234}'}, "127.0.0.1"), ("127.0.0.1", 41234)),
         (pod({helmrun.PORTS_ANNOTATION: "{}"}, "127.0.0.1"), None),  # the stand-in's, not yet
-        (pod(ip="10.244.0.7"), ("10.244.0.7", 8080)),  # a real node's pod
+        (pod(ip="10.244.0.7"), ("10.244.0.7", 8443)),  # a real node's pod
         (pod(), None),  # no address yet
     ],
 )
