@@ -80,6 +80,19 @@ def waiting(slice_obj: JSON) -> bool:
     return not (slice_obj.get("spec") or {}).get("partitionIds")
 
 
+def waiting_message(slice_obj: JSON) -> str:
+    """The Ready condition's message of a Slice that waits for capacity (GKE reports the
+    wait in the condition, with no state: the condition has no reason). Stable while the
+    Slice waits, so it is written once."""
+    spec = slice_obj.get("spec") or {}
+    need = slice_hosts_needed(slice_obj)
+    hosts_needed = "1 host" if need == 1 else f"{need} hosts"
+    return (
+        f"waiting for partition assignment: not enough free {spec.get('type', '')} hosts "
+        f"for topology {spec.get('topology', '')} ({hosts_needed} needed)"
+    )
+
+
 @dataclass(frozen=True)
 class Assignment:
     slice_name: str

@@ -654,7 +654,8 @@ class Provider:
         # Read-only scans (plan_assignments is pure): the cache's objects, not copies.
         slices = [s for s in self.slices.peek_list() if s["metadata"]["name"] not in self._assigned]
         live = [s for s in slices if SLICE_FINALIZER in (s["metadata"].get("finalizers") or [])]
-        for a in decide.plan_assignments(live, self.nodes.peek_list(), self._taken()):
+        plan = decide.plan_assignments(live, self.nodes.peek_list(), self._taken())
+        for a in plan:
             current = self.slices.get(a.slice_name)
             if current is None:
                 continue
@@ -669,6 +670,36 @@ class Provider:
             self.work["write"] += 1
             self._assigned[a.slice_name] = a.nodes
             log.info("slice %s: assigned hosts %s", a.slice_name, ", ".join(a.nodes))
+        assigned = {a.slice_name for a in plan}
+        for s in live:
+            name = s["metadata"]["name"]
+            if name in assigned or not decide.waiting(s) or slice_state(s):
+                continue
+            try:
+                message = decide.waiting_message(s)
+            except ShapeError:
+                continue  # reported as SliceCreationFailed
+            current = self.slices.get(name)
+            if current is not None:
+                self._set_waiting(current, message)
+
+    def _set_waiting(self, obj: JSON, message: str) -> None:
+        """A Slice that waits for capacity: GKE's Ready condition, status Unknown with the
+        wait as its message and no reason, which is no state (``kubectl describe`` shows
+        it, the controller reads "waiting for partition assignment"). The first state
+        (ACTIVATING, status False) then starts a new transition."""
+        ready = condition(obj, "Ready") or {}
+        if ready.get("status") == "Unknown" and ready.get("message") == message:
+            return
+        cond = {
+            "type": "Ready",
+            "status": "Unknown",
+            "message": message,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        patch = {"status": {"conditions": [cond]}}
+        self.rest.patch(SLICES, obj["metadata"]["name"], patch, subresource="status")
+        self.work["write"] += 1
 
     def _move(self, obj: JSON, hosts: list[JSON], token: str) -> None:
         name = obj["metadata"]["name"]

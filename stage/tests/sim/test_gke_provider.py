@@ -156,7 +156,7 @@ def test_a_slice_goes_from_no_state_to_active_and_back_to_free_hosts(sim: Sim) -
     for event in sim.rest.watch(SLICES, rv, timeout_seconds=1):
         if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
             conds = (event["object"].get("status") or {}).get("conditions") or []
-            states.append(conds[0]["reason"] if conds else "")
+            states.append(conds[0].get("reason", "") if conds else "")
     ordered = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
     assert ordered == ["", "ACTIVATING", "ACTIVE", "DEACTIVATING"]
 
@@ -164,12 +164,28 @@ def test_a_slice_goes_from_no_state_to_active_and_back_to_free_hosts(sim: Sim) -
 def test_a_slice_waits_for_capacity_then_takes_a_released_slices_hosts(small: Sim) -> None:
     small.slice("big", "2x2x2")
     small.wait_state("big", "ACTIVE")
-    small.slice("waiting-1")
-    time.sleep(0.5)  # give the provider every chance to (wrongly) assign it
-    waiting = small.get("waiting-1")
+    small.slice("waiting-1", **{KNOB["stick-activating"]: "true"})
+    # GKE's Ready condition says why it waits (what `kubectl describe` shows), with no
+    # reason: no state, so OME reads "waiting for partition assignment".
+    waiting = eventually(
+        lambda: w if (w := small.get("waiting-1")).get("status", {}).get("conditions") else None
+    )
     assert waiting["spec"]["partitionIds"] == [] and small.state("waiting-1") == ""
+    ready = ready_of(waiting)
+    assert ready["status"] == "Unknown" and "reason" not in ready
+    assert ready["message"] == (
+        "waiting for partition assignment: not enough free tpu7x hosts for topology 2x2x1 "
+        "(1 host needed)"
+    )
     small.slice("waiting-2")
+    time.sleep(1.1)  # lastTransitionTime has one-second resolution
     small.rest.delete(SLICES, "big")
+    activating = small.wait_state("waiting-1", "ACTIVATING")
+    assert ready_of(activating)["lastTransitionTime"] > ready["lastTransitionTime"], (
+        "the first state starts a new transition: the wait for capacity is not counted "
+        "against the ready timeout"
+    )
+    small.annotate("slice", "waiting-1", KNOB["stick-activating"], None)
     small.wait_state("waiting-1", "ACTIVE")
     small.wait_state("waiting-2", "ACTIVE")
     assert set(small.hosts("waiting-1")).isdisjoint(small.hosts("waiting-2"))
@@ -447,9 +463,11 @@ def test_a_quiet_cluster_costs_only_heartbeats(cluster: Cluster, crowded: Sim) -
 
     def settled() -> bool:
         items = sim.rest.list(SLICES)["items"]
-        active = sum(1 for s in items if (s.get("status") or {}).get("conditions"))
+        states = [ready_of(s) if (s.get("status") or {}).get("conditions") else {} for s in items]
+        active = sum(1 for r in states if r.get("reason") == "ACTIVE")
+        waiting = sum(1 for r in states if r.get("status") == "Unknown" and "reason" not in r)
         held = all(SLICE_FINALIZER in (s["metadata"].get("finalizers") or []) for s in items)
-        return active == 8 and held
+        return active == 8 and waiting == 492 and held
 
     eventually(settled, timeout=60)
     time.sleep(0.5)  # let the last writes' events drain
