@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -72,3 +75,19 @@ def assert_strings_and_partitions(info: SliceInfo) -> None:
     ):
         assert isinstance(text, str)
     assert all(isinstance(p, str) for p in info.partitions)
+
+
+def scrape_https(url: str, token: str | None) -> tuple[int, str]:
+    """GET ``url`` over HTTPS with ``Authorization: Bearer <token>`` (none without a token),
+    as a Prometheus scrapes the manager's secure metrics: its certificate is self-signed, so
+    it is not verified. The status and the body, an error's included."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

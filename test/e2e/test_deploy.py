@@ -194,6 +194,16 @@ def module_dir(module: str, tmp_path: Path) -> Path:
     return Path(json.loads(out.stdout)["Dir"])
 
 
+def install_crds(env: Environment, crds: list[Path]) -> None:
+    """Apply the CRD files and wait until the server serves them (the caller deletes them:
+    ``kubectl delete -f`` each, in a finally)."""
+    names = []
+    for crd in crds:
+        out = env.kubectl("apply", "--server-side", "-o", "name", "-f", str(crd), timeout=60)
+        names += out.stdout.split()
+    env.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names, timeout=90)
+
+
 def cert_manager_crds(tmp_path: Path) -> list[Path]:
     """The Certificate and Issuer CRDs from cert-manager's Go module, as its release ships
     them (deploy/crds)."""
@@ -226,14 +236,8 @@ def test_the_service_monitor_is_admitted_and_selects_the_metrics_service(
     running manager's metrics Service, on a port that Service has. The PrometheusRule of
     metrics.prometheusRule.enabled is admitted too (a server-side dry run)."""
     crds = monitoring_crds(tmp_path)
-    for crd in crds:
-        kube.kubectl("apply", "--server-side", "-f", str(crd), timeout=60)
     try:
-        kube.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com", timeout=90,
-        )  # fmt: skip
+        install_crds(kube, crds)
         rendered = documents(
             guide_chart(
                 "--set", "metrics.serviceMonitor.enabled=true",
@@ -291,13 +295,8 @@ def test_the_cert_manager_objects_are_admitted_by_the_server(
     configuration with its inject-ca-from annotation pass a server-side dry run against
     cert-manager's own CRDs; so does a Certificate issued by a ClusterIssuer of the user's."""
     crds = cert_manager_crds(tmp_path)
-    for crd in crds:
-        kube.kubectl("apply", "--server-side", "-f", str(crd), timeout=60)
     try:
-        kube.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/certificates.cert-manager.io", "crd/issuers.cert-manager.io", timeout=90,
-        )  # fmt: skip
+        install_crds(kube, crds)
         kinds = ("Certificate", "Issuer", "ValidatingWebhookConfiguration")
         rendered = documents(guide_chart("--set", "webhook.certManager.enabled=true"))
         picked = [d for d in rendered if d["kind"] in kinds]

@@ -15,15 +15,13 @@ SubjectAccessReview (``get`` on ``/metrics``).
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from test.e2e.conftest import Environment
-from test.helpers import eventually
+from test.helpers import eventually, scrape_https
 
 RUNNING = "ome"
 SERVICE = "ome-controller-manager-metrics-service"
@@ -62,18 +60,7 @@ def tokens(kube: Environment) -> Iterator[dict[str, str]]:
 
 
 def scrape(address: str, token: str | None) -> tuple[int, str]:
-    """GET https://<address>/metrics as a scraper does: the manager's certificate is
-    self-signed, so it is not verified (kubebuilder's ServiceMonitor does the same)."""
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    request = urllib.request.Request(f"https://{address}/metrics")
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return scrape_https(f"https://{address}/metrics", token)
 
 
 def service_address(env: Environment) -> str:

@@ -3,7 +3,6 @@ asks it (``ome.runtime.serving.MetricsServer``), with the API server's reviews f
 
 from __future__ import annotations
 
-import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from ome.runtime.metricsauth import (
 )
 from ome.runtime.serving import MetricsServer
 from ome.runtime.webhookcerts import StaticCerts
+from test.helpers import scrape_https
 
 READER = "system:serviceaccount:monitoring:prometheus"
 STRANGER = "system:serviceaccount:default:nobody"
@@ -168,16 +168,7 @@ def server() -> Any:
 
 
 def get(port: int, path: str = "/metrics", token: str | None = None) -> tuple[int, str]:
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # self-signed
-    request = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return scrape_https(f"https://127.0.0.1:{port}{path}", token)
 
 
 def test_the_server_serves_the_metrics_over_https_to_an_authorized_reader(server: Any) -> None:

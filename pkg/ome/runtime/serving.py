@@ -10,7 +10,6 @@ are functions the manager registers.
 from __future__ import annotations
 
 import logging
-import socket
 import socketserver
 import threading
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from prometheus_client.exposition import choose_encoder
 
 from .metricsauth import DelegatingAuth
-from .tlsserve import ServingContexts
+from .tlsserve import ServingContexts, TLSServer
 from .webhookcerts import CertSource
 
 log = logging.getLogger(__name__)
@@ -146,9 +145,7 @@ class MetricsServer:
         self._server.server_close()
 
 
-class _SecureMetrics(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _SecureMetrics(TLSServer):
     def __init__(
         self,
         address: tuple[str, int],
@@ -156,28 +153,8 @@ class _SecureMetrics(ThreadingHTTPServer):
         contexts: ServingContexts,
         auth: DelegatingAuth,
     ) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.registry, self.contexts, self.auth = registry, contexts, auth
-        super().__init__(address, _MetricsHandler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind would resolve the host's FQDN, which may stall on DNS.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # On the connection's own thread: the TLS handshake, then HTTP.
-        tls = self.contexts.handshake(request, client_address)
-        if tls is None:
-            return
-        try:
-            _MetricsHandler(tls, client_address, self)
-        finally:
-            tls.close()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("metrics connection from %s ended with an error", client_address, exc_info=True)
+        self.registry, self.auth = registry, auth
+        super().__init__(address, _MetricsHandler, contexts)
 
 
 class _MetricsHandler(BaseHTTPRequestHandler):

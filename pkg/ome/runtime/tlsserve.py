@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import socketserver
 import ssl
 import tempfile
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .certs import KeyPair, not_after
@@ -77,6 +79,44 @@ class ServingContexts:
         except (OSError, ValueError) as e:  # ssl.SSLError and timeouts are OSErrors
             log.debug("TLS handshake with %s failed: %s", address, e)
             return None
+
+
+class TLSServer(ThreadingHTTPServer):
+    """A threading HTTP server whose connections are wrapped in TLS on their own thread
+    (``contexts.handshake``), then served by ``handler``; a failed handshake closes the
+    connection. The address family follows the host (IPv6 for ``::``), and binding never
+    looks up the host's FQDN, which may stall on DNS."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        contexts: ServingContexts,
+    ) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.contexts = contexts
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if not isinstance(request, socket.socket):
+            return
+        tls = self.contexts.handshake(request, client_address)
+        if tls is None:
+            return  # the server closes the socket
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            tls.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s ended with an error", client_address, exc_info=True)
 
 
 def tls_context(pair: KeyPair) -> ssl.SSLContext | str:

@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
-import socketserver
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from ome.kube import JSON
 
-from .tlsserve import ServingContexts
+from .tlsserve import ServingContexts, TLSServer
 from .webhookcerts import CertSource
 
 log = logging.getLogger(__name__)
@@ -232,39 +230,11 @@ class WebhookServer:
         context, why = self._contexts.get()
         return None if context is not None else why
 
-    # -- per connection ----------------------------------------------------------------------
 
-    def _serve_connection(self, sock: socket.socket, address: Any, server: _Server) -> None:
-        tls = self._contexts.handshake(sock, address)
-        if tls is None:
-            return  # the server closes the socket
-        try:
-            _RequestHandler(tls, address, server)
-        finally:
-            tls.close()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Server(TLSServer):
     def __init__(self, address: tuple[str, int], owner: WebhookServer) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         self.owner = owner
-        super().__init__(address, _RequestHandler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind would resolve the host's FQDN, which may stall on DNS.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # On the connection's own thread: the TLS handshake, then HTTP.
-        if isinstance(request, socket.socket):
-            self.owner._serve_connection(request, client_address, self)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("connection from %s ended with an error", client_address, exc_info=True)
+        super().__init__(address, _RequestHandler, owner._contexts)
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
