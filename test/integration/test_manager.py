@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -21,13 +22,14 @@ from prometheus_client import CollectorRegistry
 import ome
 from ome.api.v1beta1 import INFERENCE_SERVICES
 from ome.kube import JSON
+from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.controller import Controller, ControllerMetrics
 from ome.runtime.manager import EXIT_OK, Manager, ManagerOptions
 from ome.runtime.rest import CONFIGMAPS, LEASES, SECRETS, Rest
 from ome.runtime.workqueue import RateLimitingQueue
 from ome_sim.apiserver.faults import Fault
 from test.cluster import Cluster, Kubectl
-from test.helpers import eventually
+from test.helpers import eventually, scrape_https
 from test.manifests import configmap
 
 FAST = {"lease_duration": 2.0, "renew_deadline": 1.5, "retry_period": 0.25}
@@ -178,6 +180,37 @@ def test_probes_report_readiness_after_the_caches_sync_and_metrics_are_served(
         eventually(lambda: get(f"{probes}/readyz") == (200, "ok"))
         status, body = get(f"http://127.0.0.1:{manager.metrics.port}/metrics")
         assert status == 200 and "controller_runtime_reconcile_total" in body
+    finally:
+        assert running.halt() == EXIT_OK
+
+
+def test_secure_metrics_serve_the_mounted_certificate_and_want_a_token(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """--metrics-cert-dir: the metrics server presents that certificate (not a self-signed
+    one of its own), and a scrape without a bearer token is refused before anything is read
+    from the registry."""
+    pair = issue_serving_cert(generate_ca("test-ca"), ["localhost"])
+    (tmp_path / "tls.crt").write_bytes(pair.cert_pem)
+    (tmp_path / "tls.key").write_bytes(pair.key_pem)
+    manager = Manager(
+        Rest(cluster.api),
+        ManagerOptions(
+            namespace="default",
+            metrics_bind_address="127.0.0.1:0",
+            metrics_cert_dir=str(tmp_path),
+            health_probe_bind_address="0",
+        ),
+        registry=CollectorRegistry(),
+    )
+    running = run_manager(manager)
+    try:
+        eventually(lambda: manager.metrics is not None)
+        assert manager.metrics is not None and manager.metrics.scheme == "https"
+        port = manager.metrics.port
+        served = ssl.get_server_certificate(("127.0.0.1", port), timeout=10)
+        assert ssl.PEM_cert_to_DER_cert(served) == ssl.PEM_cert_to_DER_cert(pair.cert_pem.decode())
+        assert scrape_https(f"https://127.0.0.1:{port}/metrics", None) == (401, "Unauthorized\n")
     finally:
         assert running.halt() == EXIT_OK
 
