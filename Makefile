@@ -122,7 +122,7 @@ e2e-kube: setup
 # test rules` (test/alerts/alerts_test.yaml fires and clears each alert); seconds when warm.
 alerts: setup
 	hack/promtool.sh >/dev/null
-	$(BIN)/python -m pytest test/unit/test_alerts.py
+	OME_REQUIRE_PROMTOOL=1 $(BIN)/python -m pytest test/unit/test_alerts.py
 
 # Regenerate config/crd from pkg/ome/api/v1beta1.py, and the chart's copies of them
 # (test/unit/test_chart.py fails when the two differ).

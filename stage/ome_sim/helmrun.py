@@ -254,23 +254,24 @@ class MetricsRelay:
         if address is None:
             return 503, "text/plain", b"no ready manager pod serves metrics yet\n"
         host, port = address
-        for fresh in (False, True):
-            try:
-                token = self.token(fresh)
-            except (ApiException, HTTPError, OSError) as e:
-                return 503, "text/plain", f"cannot get a scraper token: {e}\n".encode()
-            request = urllib.request.Request(f"https://{host}:{port}{path}")
-            request.add_header("Authorization", f"Bearer {token}")
-            try:
-                with urllib.request.urlopen(request, timeout=10, context=self._tls) as r:
-                    return r.status, r.headers.get("Content-Type", "text/plain"), r.read()
-            except urllib.error.HTTPError as e:
-                if e.code == 401 and not fresh:
-                    continue
-                return e.code, e.headers.get("Content-Type", "text/plain"), e.read()
-            except OSError as e:
-                return 502, "text/plain", f"the manager's metrics at {host}:{port}: {e}\n".encode()
-        return 502, "text/plain", b"unreachable\n"
+        url = f"https://{host}:{port}{path}"
+        try:
+            answer = self._scrape(url, self.token())
+            if answer[0] == 401:  # the token expired, or the binding was remade: a new one
+                answer = self._scrape(url, self.token(fresh=True))
+        except (ApiException, HTTPError) as e:
+            return 503, "text/plain", f"cannot get a scraper token: {e}\n".encode()
+        except OSError as e:
+            return 502, "text/plain", f"the manager's metrics at {host}:{port}: {e}\n".encode()
+        return answer
+
+    def _scrape(self, url: str, token: str) -> tuple[int, str, bytes]:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=self._tls) as r:
+                return r.status, r.headers.get("Content-Type", "text/plain"), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers.get("Content-Type", "text/plain"), e.read()
 
 
 def ensure_metrics_scraper(rest: Rest) -> None:

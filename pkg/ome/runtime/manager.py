@@ -338,7 +338,7 @@ class Manager:
             return None, None
         certs: CertSource
         if opts.metrics_cert_dir:
-            certs = self.metrics_certs = DirectoryCerts(opts.metrics_cert_dir)
+            certs = self.metrics_certs = DirectoryCerts(opts.metrics_cert_dir, what="metrics")
             certs.start()
         else:
             svc, ns = opts.metrics_service_name, opts.namespace

@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from cachetools import TTLCache
 
@@ -178,7 +177,8 @@ class DelegatingAuth:
         try:
             answer = self._review(TOKEN_REVIEWS, token_review(token))
         except Exception as e:
-            log.warning("a metrics request was not served: TokenReview failed: %s", _why(e))
+            why = describe_error(e)
+            log.warning("a metrics request was not served: TokenReview failed: %s", why)
             return Answer(500, authentication_failed())
         user = user_of(answer)
         with self._lock:
@@ -202,14 +202,10 @@ class DelegatingAuth:
             log.warning(
                 "a metrics request of %s was not served: SubjectAccessReview failed: %s",
                 user.name,
-                _why(e),
+                describe_error(e),
             )
             return Answer(500, authorization_failed(user.name))
         ok = bool((answer.get("status") or {}).get("allowed"))
         with self._lock:
             (self._allowed if ok else self._denied)[key] = True
         return Answer(200) if ok else Answer(403, forbidden(user.name, verb, path))
-
-
-def _why(error: Any) -> str:
-    return describe_error(error) if isinstance(error, BaseException) else str(error)

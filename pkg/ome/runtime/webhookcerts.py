@@ -192,9 +192,11 @@ class DirectoryCerts(_Background):
     swaps a symlink to a new directory and the files' own mtimes tell nothing.
     """
 
-    def __init__(self, directory: str, check_interval: float = 10.0) -> None:
+    def __init__(self, directory: str, check_interval: float = 10.0, what: str = "webhook") -> None:
         self.directory = directory
         self.check_interval = check_interval
+        self.what = what  # whose certificate, for the log lines and the thread's name
+        self._thread_name = f"{what}-certs-dir"
         self._lock = threading.Lock()
         self._current: KeyPair | None = None
         self._problem: str | None = "not started"
@@ -209,8 +211,6 @@ class DirectoryCerts(_Background):
         with self._lock:
             return None if self._current is not None else self._problem
 
-    _thread_name = "webhook-certs-dir"
-
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("already started")
@@ -222,7 +222,7 @@ class DirectoryCerts(_Background):
             try:
                 self._check()
             except Exception:
-                log.exception("checking the webhook certificate in %s failed", self.directory)
+                log.exception("checking the %s certificate in %s failed", self.what, self.directory)
 
     def _read(self, name: str) -> bytes | str:
         path = os.path.join(self.directory, name)
@@ -253,14 +253,17 @@ class DirectoryCerts(_Background):
                 self._problem = problem
         if problem is None:
             log.info(
-                "loaded the webhook certificate from %s (expires %s)",
+                "loaded the %s certificate from %s (expires %s)",
+                self.what,
                 self.directory,
                 not_after(cert).isoformat() if isinstance(cert, bytes) else "?",
             )
         elif had:
-            log.error("keeping the webhook certificate held: the new one is unusable: %s", problem)
+            log.error(
+                "keeping the %s certificate held: the new one is unusable: %s", self.what, problem
+            )
         else:
-            log.error("no webhook certificate: %s", problem)
+            log.error("no %s certificate: %s", self.what, problem)
 
     def _problem_of(self, seen: tuple[bytes | str, bytes | str]) -> str | None:
         cert, key = seen
