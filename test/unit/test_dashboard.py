@@ -34,7 +34,7 @@ def served_with_runtime() -> dict[str, set[str]]:
     controllers.total.labels("inferenceservice", "success").inc()
     controllers.errors.labels("inferenceservice").inc()
     queues = WorkQueueMetrics(registry)
-    queues.depth.labels("inferenceservice").set(1)
+    queues.depth.labels("inferenceservice", "0").set(1)
     queues.queue_duration.labels("inferenceservice").observe(0.1)
     for family in registry.collect():
         for sample in family.samples:

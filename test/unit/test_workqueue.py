@@ -1,5 +1,5 @@
-"""The workqueue: client-go's dedup, one-worker-per-key and FIFO rules, delays on a fake clock,
-rate limiters, shut down and drain, and the metrics."""
+"""The workqueue: client-go's dedup, one-worker-per-key and FIFO rules, controller-runtime's
+priorities, delays on a fake clock, rate limiters, shut down and drain, and the metrics."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from ome.runtime.workqueue import (
     DURATION_BUCKETS,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
     BucketRateLimiter,
     DelayingQueue,
     ItemExponentialFailureRateLimiter,
@@ -495,6 +498,8 @@ def test_metrics_follow_items_through_the_queue() -> None:
     )
 
     def value(sample: str, **labels: str) -> float | None:
+        if sample == "workqueue_depth":
+            labels.setdefault("priority", "0")  # every add here is at PRIORITY_NORMAL
         return registry.get_sample_value(sample, {"name": "m", **labels})
 
     assert value("workqueue_depth") == 0
@@ -591,6 +596,304 @@ def test_an_unnamed_queue_records_no_metrics() -> None:
     assert registry.get_sample_value("workqueue_adds_total", {"name": ""}) is None
 
 
+# --------------------------------------------------------------------------- priorities
+
+
+class ScriptedLimiter:
+    """A rate limiter whose next wait the test sets; it counts the failures it is told of."""
+
+    def __init__(self) -> None:
+        self.next_wait = 0.0
+        self.failures: collections.Counter[Hashable] = collections.Counter()
+
+    def when(self, item: Hashable) -> float:
+        self.failures[item] += 1
+        return self.next_wait
+
+    def forget(self, item: Hashable) -> None:
+        del self.failures[item]
+
+    def num_requeues(self, item: Hashable) -> int:
+        return self.failures[item]
+
+
+def depths(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    """Every ``workqueue_depth`` series of queue ``name``, by its priority label."""
+    return {
+        sample.labels["priority"]: sample.value
+        for family in registry.collect()
+        if family.name == "workqueue_depth"
+        for sample in family.samples
+        if sample.labels["name"] == name
+    }
+
+
+def test_priority_constants_are_controller_runtimes() -> None:
+    assert (PRIORITY_LOW, PRIORITY_NORMAL, PRIORITY_HIGH) == (-100, 0, 100)
+
+
+def test_get_hands_out_the_highest_priority_first_and_fifo_among_equals() -> None:
+    q = WorkQueue()
+    q.add("n1")
+    q.add("l1", PRIORITY_LOW)
+    q.add("h1", PRIORITY_HIGH)
+    q.add("n2", PRIORITY_NORMAL)
+    q.add("odd", 7)
+    q.add("h2", PRIORITY_HIGH)
+    q.add("l2", PRIORITY_LOW)
+    assert drain_now(q) == ["h1", "h2", "odd", "n1", "n2", "l1", "l2"]
+
+
+def test_a_raised_key_keeps_its_first_queued_place_among_its_new_equals() -> None:
+    q = WorkQueue()
+    q.add("a")
+    q.add("b", PRIORITY_HIGH)
+    q.add("c")
+    q.add("a", PRIORITY_HIGH)  # raised: queued before "b", so ahead of it
+    assert len(q) == 3
+    assert drain_now(q) == ["a", "b", "c"]
+
+
+def test_adding_a_queued_key_at_a_lower_or_equal_priority_changes_nothing() -> None:
+    q = WorkQueue()
+    q.add("a", PRIORITY_HIGH)
+    q.add("b", PRIORITY_HIGH)
+    q.add("a", PRIORITY_LOW)
+    q.add("a", PRIORITY_HIGH)  # equal: keeps its place too
+    q.add("c", 50)
+    assert len(q) == 3
+    assert drain_now(q) == ["a", "b", "c"]
+
+
+def test_a_key_readded_while_processing_comes_back_at_the_highest_priority_readded() -> None:
+    q = WorkQueue()
+    q.add("a")
+    q.add("n")
+    assert q.get() == "a"
+    q.add("a", PRIORITY_LOW)
+    q.add("a", PRIORITY_HIGH)
+    q.add("a")
+    assert len(q) == 1
+    assert q.get() == "n"  # never "a" again before done, whatever its priority
+    assert q.get(timeout=0) is None
+    q.add("m")
+    q.done("a")
+    assert len(q) == 2
+    assert q.get() == "a"  # high, so ahead of "m" which was queued first
+    assert q.get() == "m"
+
+
+def test_keys_need_not_be_orderable() -> None:
+    """Heap entries never tie on (priority, sequence), so keys are never compared."""
+    q = WorkQueue()
+    a, b, c = object(), object(), object()
+    q.add(a)
+    q.add(b)
+    q.add(c, PRIORITY_LOW)
+    q.add(c)
+    q.add(b, PRIORITY_HIGH)
+    assert drain_now(q) == [b, a, c]
+
+
+def test_a_stale_heap_entry_never_hands_a_key_out_out_of_turn() -> None:
+    """A raise leaves the key's old entry behind; once the key is queued again, behind others,
+    that old entry must not stand in for it."""
+    q = WorkQueue()
+    q.add("k")
+    q.add("k", PRIORITY_HIGH)
+    assert q.get() == "k"
+    q.done("k")
+    q.add("x")
+    q.add("k")
+    assert drain_now(q) == ["x", "k"]
+
+
+def test_many_raises_keep_the_heap_small_and_the_order_right() -> None:
+    q = WorkQueue()
+    for key in range(10):
+        q.add(key, -1000)
+    for priority in range(-999, 1):
+        q.add(priority % 10, priority)
+        assert len(q._heap) <= 2 * len(q._queued) + 33
+    assert drain_now(q) == [0, 9, 8, 7, 6, 5, 4, 3, 2, 1]
+
+
+def test_a_key_woken_high_goes_ahead_of_earlier_normal_keys() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add_after("woken", 1, PRIORITY_HIGH)
+    q.add("a")
+    q.add("b")
+    clock.advance(1)
+    assert drain_now(q) == ["woken", "a", "b"]
+
+
+def test_a_key_woken_low_goes_after_later_normal_keys() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add_after("woken", 1, PRIORITY_LOW)
+    clock.advance(1)
+    assert len(q) == 1
+    q.add("a")
+    assert drain_now(q) == ["a", "woken"]
+
+
+def test_a_delayed_key_already_queued_is_raised_when_due() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add("a")
+    q.add("b")
+    q.add_after("b", 1, PRIORITY_HIGH)
+    assert drain_now(q) == ["a", "b"]
+    q.add("a")
+    q.add("b")
+    clock.advance(1)
+    assert len(q) == 2
+    assert drain_now(q) == ["b", "a"]
+
+
+def test_add_after_twice_keeps_the_earlier_due_time_and_the_higher_priority() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add_after("x", 1, PRIORITY_HIGH)
+    q.add_after("x", 5, PRIORITY_LOW)  # later and lower: changes nothing
+    q.add_after("y", 2, PRIORITY_LOW)
+    q.add_after("y", 9, PRIORITY_HIGH)  # later, but higher: raises the pending priority
+    q.add_after("z", 3)
+    q.add_after("z", 1, PRIORITY_LOW)  # earlier: moved up, and keeps the higher priority
+    q.add("n")
+    clock.advance(1)
+    assert drain_now(q) == ["x", "n", "z"]
+    q.add("n")
+    clock.advance(1)
+    assert drain_now(q) == ["y", "n"]
+    clock.advance(10)
+    assert drain_now(q) == []
+
+
+@pytest.mark.parametrize("delay", [0, -1])
+def test_add_after_without_a_positive_delay_adds_now_at_its_priority(delay: float) -> None:
+    q = DelayingQueue(clock=FakeClock())
+    q.add("n")
+    q.add_after("h", delay, PRIORITY_HIGH)
+    assert drain_now(q) == ["h", "n"]
+
+
+def test_a_high_priority_retry_still_waits_its_full_backoff() -> None:
+    clock = FakeClock()
+    q = RateLimitingQueue(ItemExponentialFailureRateLimiter(1.0, 100.0), clock=clock)
+    q.add_rate_limited("a", PRIORITY_HIGH)  # first failure: 1 s
+    q.add("n", PRIORITY_LOW)
+    clock.advance(0.875)
+    assert drain_now(q) == ["n"]
+    clock.advance(0.125)
+    q.add("n", PRIORITY_LOW)
+    assert drain_now(q) == ["a", "n"]
+    q.add_rate_limited("a", PRIORITY_HIGH)  # second failure: 2 s, high or not
+    clock.advance(1.875)
+    assert drain_now(q) == []
+    clock.advance(0.125)
+    assert drain_now(q) == ["a"]
+    assert q.num_requeues("a") == 2
+
+
+def test_shut_down_drains_queued_keys_by_priority_then_gives_none() -> None:
+    q = WorkQueue()
+    q.add("n")
+    q.add("busy", PRIORITY_LOW)
+    assert q.get() == "n"
+    q.add("n", PRIORITY_HIGH)  # dirty while processing: comes back, high, after done
+    q.add("l", PRIORITY_LOW)
+    q.add("h", PRIORITY_HIGH)
+    q.shut_down()
+    q.add("late", PRIORITY_HIGH)  # ignored
+    q.add("l", PRIORITY_HIGH)  # ignored too: no raise once shutting down
+    assert q.get() == "h"
+    q.done("h")
+    q.done("n")
+    assert [q.get(), q.get(), q.get()] == ["n", "busy", "l"]
+    assert q.get() is None
+
+
+def test_shut_down_and_drop_counts_every_dirty_key_and_zeroes_depth() -> None:
+    registry = CollectorRegistry()
+    q = WorkQueue("drop", metrics=WorkQueueMetrics(registry))
+    q.add("a", PRIORITY_HIGH)
+    q.add("b", PRIORITY_LOW)
+    q.add("c")
+    assert q.get() == "a"
+    q.add("a", 5)
+    q.add("c", PRIORITY_HIGH)
+    assert depths(registry, "drop") == {"0": 0, "100": 1, "-100": 1, "5": 1}
+    assert q.shut_down_and_drop() == 3
+    assert set(depths(registry, "drop").values()) == {0}
+    q.done("a")
+    assert q.get(timeout=0) is None
+
+
+def test_shut_down_with_drain_returns_once_prioritised_work_is_done() -> None:
+    q = WorkQueue()
+    for key, priority in [("l", PRIORITY_LOW), ("n", PRIORITY_NORMAL), ("h", PRIORITY_HIGH)]:
+        q.add(key, priority)
+    assert q.get() == "h"
+    q.add("h", PRIORITY_LOW)
+    processed: list[Hashable] = ["h"]
+    q.done("h")
+
+    def worker() -> None:
+        while (key := q.get()) is not None:
+            processed.append(key)
+            q.done(key)
+
+    assert q.shut_down_with_drain(timeout=0) is False
+    t = start(worker)
+    assert q.shut_down_with_drain(timeout=10) is True
+    t.join(5)
+    assert processed == ["h", "n", "l", "h"]  # the re-added "h" came back low, FIFO after "l"
+
+
+def test_depth_has_a_priority_zero_series_before_any_add() -> None:
+    registry = CollectorRegistry()
+    WorkQueue("fresh", metrics=WorkQueueMetrics(registry))
+    text = generate_latest(registry).decode()
+    assert 'workqueue_depth{name="fresh",priority="0"} 0.0' in text
+    assert depths(registry, "fresh") == {"0": 0}
+
+
+def test_depth_is_counted_per_priority_and_a_raise_moves_it() -> None:
+    registry = CollectorRegistry()
+    clock = FakeClock()
+    q = DelayingQueue("depth", clock=clock, metrics=WorkQueueMetrics(registry))
+    q.add("a")
+    q.add("b")
+    q.add("c", PRIORITY_LOW)
+    assert depths(registry, "depth") == {"0": 2, "-100": 1}
+    q.add("c", PRIORITY_HIGH)
+    assert depths(registry, "depth") == {"0": 2, "-100": 0, "100": 1}
+    assert q.get() == "c"
+    q.add("c", PRIORITY_LOW)  # dirty while processing: counted at its priority
+    q.add("c", 3)
+    assert depths(registry, "depth") == {"0": 2, "-100": 0, "100": 0, "3": 1}
+    q.add_after("d", 1, PRIORITY_HIGH)  # waiting is not depth
+    assert depths(registry, "depth")["100"] == 0
+    clock.advance(1)
+    assert len(q) == 3
+    assert depths(registry, "depth") == {"0": 2, "-100": 0, "100": 1, "3": 1}
+    assert registry.get_sample_value("workqueue_adds_total", {"name": "depth"}) == 5
+
+
+@pytest.mark.parametrize("priority", [1.5, "1", True, None])
+def test_a_priority_must_be_an_int(priority: object) -> None:
+    q = RateLimitingQueue()
+    with pytest.raises(TypeError, match="a priority is an int"):
+        q.add("a", priority)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a priority is an int"):
+        q.add_after("a", 1, priority)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a priority is an int"):
+        q.add_rate_limited("a", priority)  # type: ignore[arg-type]
+    assert len(q) == 0 and q.num_requeues("a") == 0
+
+
 # --------------------------------------------------------------------------- properties
 
 keys = st.integers(0, 4)
@@ -604,64 +907,181 @@ def test_a_key_added_many_times_while_queued_is_handed_out_once(adds: list[int])
     assert drain_now(q) == list(dict.fromkeys(adds))
 
 
+PRIORITIES = (PRIORITY_LOW, -1, PRIORITY_NORMAL, 1, PRIORITY_HIGH)
+priorities = st.sampled_from(PRIORITIES)
+
+
+def by_priority_then_first_queued(adds: list[tuple[int, int]]) -> list[int]:
+    """The order a fresh queue hands out keys added as (key, priority): each once, at the
+    highest priority it was added with, in the order it was first added among equals."""
+    first: dict[int, int] = {}
+    highest: dict[int, int] = {}
+    for index, (key, priority) in enumerate(adds):
+        first.setdefault(key, index)
+        highest[key] = max(highest.get(key, priority), priority)
+    return sorted(first, key=lambda key: (-highest[key], first[key]))
+
+
+@given(st.lists(st.tuples(keys, priorities), max_size=40))
+def test_get_hands_out_by_priority_then_first_queued_and_each_key_once(
+    adds: list[tuple[int, int]],
+) -> None:
+    q = WorkQueue()
+    for key, priority in adds:
+        q.add(key, priority)
+    assert drain_now(q) == by_priority_then_first_queued(adds)
+
+
+@given(
+    before=st.lists(st.tuples(keys, priorities), max_size=20),
+    readds=st.lists(priorities, max_size=4),
+    after=st.lists(st.tuples(keys, priorities), max_size=10),
+)
+def test_after_shut_down_queued_keys_come_out_by_priority_then_none(
+    before: list[tuple[int, int]], readds: list[int], after: list[tuple[int, int]]
+) -> None:
+    """Keys queued before shut down drain in priority order, with a key re-added while a worker
+    held it coming back at the highest priority it was re-added with; later adds are ignored."""
+    q = WorkQueue()
+    busy = 99
+    q.add(busy, PRIORITY_HIGH + 1)
+    assert q.get() == busy
+    for key, priority in before:
+        q.add(key, priority)
+    for priority in readds:
+        q.add(busy, priority)
+    q.shut_down()
+    for key, priority in after:
+        q.add(key, priority)
+    expected = by_priority_then_first_queued(before)
+    assert drain_now(q) == expected
+    q.done(busy)
+    if readds:
+        assert q.get(timeout=0) == busy
+        q.done(busy)
+    assert q.get(timeout=5) is None
+    assert q.shut_down_with_drain(timeout=0) is True
+
+
+@given(
+    failures=st.integers(0, 6),
+    priority=priorities,
+    base=st.sampled_from([0.125, 0.25, 1.0]),
+)
+def test_a_retry_waits_exactly_the_limiters_delay_whatever_its_priority(
+    failures: int, priority: int, base: float
+) -> None:
+    clock = FakeClock()
+    q = RateLimitingQueue(ItemExponentialFailureRateLimiter(base, 4.0), clock=clock)
+    expected = ItemExponentialFailureRateLimiter(base, 4.0)
+    for _ in range(failures + 1):
+        wait = expected.when("k")
+        q.add_rate_limited("k", priority)
+        q.add("other", PRIORITY_LOW)
+        clock.advance(wait - 0.0625)
+        assert drain_now(q) == ["other"]
+        clock.advance(0.0625)
+        assert drain_now(q) == ["k"]
+    assert q.num_requeues("k") == failures + 1
+
+
 class WorkQueueModel(RuleBasedStateMachine):
-    """The queue against a model of client-go's rules, one step at a time on a fake clock."""
+    """The queue against a model of client-go's rules with controller-runtime's priorities, one
+    step at a time on a fake clock, with a rate limiter whose waits the steps choose."""
 
     def __init__(self) -> None:
         super().__init__()
         self.registry = CollectorRegistry()
         self.clock = FakeClock()
-        self.q = DelayingQueue("model", clock=self.clock, metrics=WorkQueueMetrics(self.registry))
-        self.queue: list[int] = []
-        self.dirty: set[int] = set()
+        self.limiter = ScriptedLimiter()
+        self.q = RateLimitingQueue(
+            self.limiter, "model", clock=self.clock, metrics=WorkQueueMetrics(self.registry)
+        )
+        self.queued: dict[int, tuple[int, int]] = {}  # key -> (priority, order first queued)
+        self.dirty: dict[int, int] = {}  # key -> priority
         self.processing: set[int] = set()
-        self.waiting: dict[int, tuple[float, int]] = {}  # key -> (due, order)
+        self.waiting: dict[int, tuple[float, int, int]] = {}  # key -> (due, order, priority)
         self.order = 0
+        self.retries = 0
         self.shut = False
 
-    def _model_add(self, key: int) -> None:
-        if self.shut or key in self.dirty:
+    def _next_order(self) -> int:
+        self.order += 1
+        return self.order
+
+    def _model_add(self, key: int, priority: int) -> None:
+        if self.shut:
             return
-        self.dirty.add(key)
+        if key in self.dirty:
+            if priority > self.dirty[key]:
+                self.dirty[key] = priority
+                if key in self.queued:
+                    self.queued[key] = (priority, self.queued[key][1])
+            return
+        self.dirty[key] = priority
         if key not in self.processing:
-            self.queue.append(key)
+            self.queued[key] = (priority, self._next_order())
 
-    @rule(key=keys)
-    def add(self, key: int) -> None:
-        self.q.add(key)
-        self._model_add(key)
-
-    @rule(key=keys, delay=st.integers(-1, 3))
-    def add_after(self, key: int, delay: int) -> None:
-        self.q.add_after(key, delay)
+    def _model_add_after(self, key: int, delay: float, priority: int) -> None:
         if self.shut:
             return
         if delay <= 0:
-            self._model_add(key)
+            self._model_add(key, priority)
             return
         due = self.clock.now + delay
-        if key not in self.waiting or due < self.waiting[key][0]:
-            self.order += 1
-            self.waiting[key] = (due, self.order)
+        if key in self.waiting:
+            old_due, order, old_priority = self.waiting[key]
+            priority = max(priority, old_priority)
+            if old_due <= due:
+                self.waiting[key] = (old_due, order, priority)
+                return
+        self.waiting[key] = (due, self._next_order(), priority)
+
+    @rule(key=keys, priority=priorities)
+    def add(self, key: int, priority: int) -> None:
+        self.q.add(key, priority)
+        self._model_add(key, priority)
+
+    @rule(key=keys, delay=st.integers(-1, 3), priority=priorities)
+    def add_after(self, key: int, delay: int, priority: int) -> None:
+        self.q.add_after(key, delay, priority)
+        self._model_add_after(key, delay, priority)
+
+    @rule(key=keys, wait=st.integers(0, 3), priority=priorities)
+    def add_rate_limited(self, key: int, wait: int, priority: int) -> None:
+        self.limiter.next_wait = wait
+        failures = self.limiter.num_requeues(key)
+        self.q.add_rate_limited(key, priority)
+        if self.shut:
+            assert self.limiter.num_requeues(key) == failures  # not even asked
+            return
+        assert self.limiter.num_requeues(key) == failures + 1
+        self.retries += 1
+        self._model_add_after(key, wait, priority)  # the limiter's wait, whatever the priority
 
     @rule(seconds=st.integers(1, 3))
     def advance(self, seconds: int) -> None:
         self.clock.advance(seconds)
-        due = sorted((when, key) for key, when in self.waiting.items() if when[0] <= self.clock.now)
-        for _, key in due:
-            del self.waiting[key]
-            self._model_add(key)
+        due = sorted(
+            (due, order, key)
+            for key, (due, order, _) in self.waiting.items()
+            if due <= self.clock.now
+        )
+        for _, _, key in due:
+            _, _, priority = self.waiting.pop(key)
+            self._model_add(key, priority)
 
     @rule()
     def get(self) -> None:
         got = self.q.get(timeout=0)
-        if not self.queue:
+        if not self.queued:
             assert got is None
             return
-        expected = self.queue.pop(0)
-        assert got == expected
-        assert expected not in self.processing  # never with two workers
-        self.dirty.discard(expected)
+        expected = max(self.queued, key=lambda k: (self.queued[k][0], -self.queued[k][1]))
+        assert got == expected  # the highest priority, first queued among equals
+        assert got not in self.processing  # never with two workers
+        del self.queued[expected]
+        del self.dirty[expected]
         self.processing.add(expected)
 
     @precondition(lambda self: bool(self.processing))
@@ -671,22 +1091,39 @@ class WorkQueueModel(RuleBasedStateMachine):
         self.q.done(key)
         self.processing.discard(key)
         if key in self.dirty:
-            self.queue.append(key)
+            self.queued[key] = (self.dirty[key], self._next_order())
 
-    @rule()
-    def shut_down(self) -> None:
-        self.q.shut_down()
+    @rule(how=st.sampled_from(["shut_down", "shut_down_and_drop", "shut_down_with_drain"]))
+    def shut_down(self, how: str) -> None:
+        """One rule for the three ways, so that most runs do some work before shutting down."""
+        if how == "shut_down":
+            self.q.shut_down()
+        elif how == "shut_down_and_drop":
+            assert self.q.shut_down_and_drop() == len(self.dirty)
+            self.queued.clear()
+            self.dirty.clear()
+        else:
+            idle = not self.queued and not self.processing
+            assert self.q.shut_down_with_drain(timeout=0) is idle
         self.shut = True
         self.waiting.clear()
 
     @invariant()
     def agrees_with_the_model(self) -> None:
-        assert len(self.q) == len(self.queue)  # also moves due keys in, as the model did
+        assert len(self.q) == len(self.queued)  # also moves due keys in, as the model did
         assert self.q.shutting_down == self.shut
-        depth = self.registry.get_sample_value("workqueue_depth", {"name": "model"})
-        assert depth == len(self.dirty)
-        assert set(self.queue) <= self.dirty
-        assert not set(self.queue) & self.processing
+        assert set(self.queued) == set(self.dirty) - self.processing
+        assert not set(self.queued) & self.processing
+
+    @invariant()
+    def depth_per_priority_is_the_dirty_keys_at_it(self) -> None:
+        scraped = depths(self.registry, "model")
+        assert "0" in scraped
+        assert {p: v for p, v in scraped.items() if v} == collections.Counter(
+            str(p) for p in self.dirty.values()
+        )
+        retries = self.registry.get_sample_value("workqueue_retries_total", {"name": "model"})
+        assert retries == self.retries
 
 
 TestWorkQueueModel = WorkQueueModel.TestCase

@@ -11,7 +11,6 @@ import math
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Protocol, TypeAlias
 
@@ -19,6 +18,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 __all__ = [
+    "PRIORITY_HIGH",
+    "PRIORITY_LOW",
+    "PRIORITY_NORMAL",
     "BucketRateLimiter",
     "DelayingQueue",
     "Item",
@@ -33,6 +35,12 @@ __all__ = [
 
 Item: TypeAlias = Hashable
 Clock: TypeAlias = Callable[[], float]
+
+#: Priorities of queued keys, as controller-runtime's priority queue has them: any int will do,
+#: and a higher one is handed out first.
+PRIORITY_LOW = -100
+PRIORITY_NORMAL = 0
+PRIORITY_HIGH = 100
 
 # The longest a getter sleeps on a pending delayed item before looking at the clock again, as
 # client-go's waiting loop does: a guard against a clock that jumps, not part of the design.
@@ -155,12 +163,18 @@ DURATION_BUCKETS = (1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 class WorkQueueMetrics:
     """client-go's workqueue metric families, labelled by queue ``name``, on one registry
     (``None``: the global one). Register each registry's families once and share the object
-    between queues. Work in progress is measured when the registry is scraped."""
+    between queues. Work in progress is measured when the registry is scraped.
+
+    ``workqueue_depth`` is also labelled by ``priority`` (the decimal int), as controller-runtime's
+    priority queue has it: each key waiting to be processed counts once, under its current
+    priority."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         reg = REGISTRY if registry is None else registry
         labels = ("name",)
-        self.depth = Gauge("workqueue_depth", "Current depth of workqueue", labels, registry=reg)
+        self.depth = Gauge(
+            "workqueue_depth", "Current depth of workqueue", ("name", "priority"), registry=reg
+        )
         self.adds = Counter(
             "workqueue_adds_total",
             "Total number of adds handled by workqueue",
@@ -260,21 +274,34 @@ class _SharedMetrics:
 
 
 class WorkQueue:
-    """A FIFO of keys for worker threads, with client-go's guarantees.
+    """A priority queue of keys for worker threads, with client-go's guarantees and
+    controller-runtime's priorities: ``get`` hands out the queued key with the highest priority,
+    and among equal priorities the one queued first.
 
-    Invariants (all under ``_lock``):
-    - ``_dirty`` holds every key that needs processing: each key in ``_queue`` is in
-      ``_dirty``, and ``_queue`` holds a key at most once. Adding a dirty key changes nothing,
-      so a key added N times before a worker gets it is handed out once.
+    Invariants (every structure below is shared between threads and only touched under
+    ``_lock``):
+    - ``_dirty`` maps every key that needs processing to its priority. A key added again while
+      dirty is not queued twice: it only ever rises to the higher priority, so a key added N
+      times before a worker gets it is handed out once, at the highest priority it was added
+      with.
+    - ``_queued`` maps each key waiting for a worker to the ``(-priority, sequence)`` of its one
+      live entry in the heap ``_heap``; its keys are the keys of ``_dirty`` not in
+      ``_processing``, and ``-priority`` is the key's ``_dirty`` priority. ``_heap`` also holds
+      stale entries (left by a raise, or by ``get``'s pops) that match no ``_queued`` value and
+      are skipped when they come to the top. A sequence is taken from ``_sequence`` when a key
+      is queued and kept when it is raised, so equal priorities come out first queued, first
+      out; no two live or stale entries are equal, so the heap never compares keys.
     - ``_processing`` holds the keys handed out by ``get`` and not yet ``done``; no key in
-      ``_processing`` is in ``_queue``, so no key is ever with two workers at once. A key added
-      while processing goes into ``_dirty`` only, and ``done`` puts it back on ``_queue``.
+      ``_processing`` is in ``_queued``, so no key is ever with two workers at once. A key added
+      while processing goes into ``_dirty`` only (at the highest priority it is added with
+      meanwhile), and ``done`` queues it at that priority.
     - Once ``_shutting_down``, adds are ignored, but keys already dirty still come out of
-      ``get`` (and keys re-added during processing are re-queued by ``done``), so nothing added
-      before shut down is lost while workers keep draining; ``shut_down_and_drop`` instead
-      empties ``_queue`` and ``_dirty`` at once.
+      ``get``, in priority order (and keys re-added during processing are re-queued by
+      ``done``), so nothing added before shut down is lost while workers keep draining;
+      ``shut_down_and_drop`` instead empties ``_dirty``, ``_queued`` and ``_heap`` at once.
     - ``_added_at`` and ``_started_at`` (for metrics, on the injected clock) have the keys of
-      ``_dirty`` and ``_processing`` respectively.
+      ``_dirty`` and ``_processing`` respectively; the depth metric counts the keys of
+      ``_dirty`` by their priority.
 
     Timeouts passed to ``get`` and ``shut_down_with_drain`` are real waits; the injected clock
     times metrics and delays. An unnamed queue records no metrics, as in client-go.
@@ -285,11 +312,13 @@ class WorkQueue:
     ) -> None:
         self._name = name
         self._clock = clock
-        self._queue: deque[Item] = deque()
-        self._dirty: set[Item] = set()
+        self._heap: list[tuple[int, int, Item]] = []
+        self._queued: dict[Item, tuple[int, int]] = {}
+        self._dirty: dict[Item, int] = {}
         self._processing: set[Item] = set()
         self._added_at: dict[Item, float] = {}
         self._started_at: dict[Item, float] = {}
+        self._sequence = itertools.count()
         self._shutting_down = False
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)  # getters wait here
@@ -314,23 +343,27 @@ class WorkQueue:
         """Keys waiting for a worker (not those being processed)."""
         with self._lock:
             self._promote_due_locked()
-            return len(self._queue)
+            return len(self._queued)
 
-    def add(self, item: Item) -> None:
-        """Queue ``item`` unless it is already queued; if it is being processed, queue it again
-        when that is done. Ignored once shutting down."""
+    def add(self, item: Item, priority: int = PRIORITY_NORMAL) -> None:
+        """Queue ``item`` at ``priority`` unless it is already queued, in which case it only
+        rises to ``priority`` if that is higher; if it is being processed, queue it again when
+        that is done (at the highest priority it was added with meanwhile). Ignored once
+        shutting down."""
         _check_item(item)
+        _check_priority(priority)
         with self._lock:
-            self._add_locked(item)
+            self._add_locked(item, priority)
 
     def get(self, timeout: float | None = None) -> Item | None:
-        """The next key, now marked as processing: call ``done`` with it. Blocks while the queue
-        is empty; ``None`` once shut down with nothing left queued, or after ``timeout``."""
+        """The queued key with the highest priority (the first queued among equals), now marked
+        as processing: call ``done`` with it. Blocks while the queue is empty; ``None`` once
+        shut down with nothing left queued, or after ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             while True:
                 next_due = self._promote_due_locked()
-                if self._queue:
+                if self._queued:
                     break
                 if self._shutting_down:
                     return None
@@ -345,14 +378,14 @@ class WorkQueue:
                     self._not_empty.wait(wait)
                 finally:
                     self._getters_waiting -= 1
-            item = self._queue.popleft()
-            self._dirty.discard(item)
+            item = self._pop_locked()
+            priority = self._dirty.pop(item)
             self._processing.add(item)
             now = self._clock()
             added = self._added_at.pop(item, now)
             self._started_at[item] = now
             if self._metrics is not None:
-                self._metrics.got(now - added)
+                self._metrics.got(priority, now - added)
             return item
 
     def done(self, item: Item) -> None:
@@ -365,15 +398,16 @@ class WorkQueue:
             started = self._started_at.pop(item)
             if self._metrics is not None:
                 self._metrics.done(self._clock() - started)
-            if item in self._dirty:
-                self._queue.append(item)
+            priority = self._dirty.get(item)
+            if priority is not None:
+                self._push_locked(item, priority, next(self._sequence))
                 self._not_empty.notify()
             elif self._is_idle_locked():
                 self._idle.notify_all()
 
     def shut_down(self) -> None:
         """Ignore adds from now on; blocked getters get ``None`` at once, and later getters once
-        the keys still queued have been handed out."""
+        the keys still queued have been handed out, highest priority first."""
         with self._lock:
             self._shut_down_locked()
 
@@ -382,8 +416,12 @@ class WorkQueue:
         not queued again): for a process that must stop acting at once. Returns how many
         keys were dropped."""
         with self._lock:
-            dropped = len(self._queue) + len(self._dirty - set(self._queue))
-            self._queue.clear()
+            dropped = len(self._dirty)
+            if self._metrics is not None:
+                for priority in self._dirty.values():
+                    self._metrics.dropped(priority)
+            self._heap.clear()
+            self._queued.clear()
             self._dirty.clear()
             self._added_at.clear()
             self._shut_down_locked()
@@ -398,17 +436,49 @@ class WorkQueue:
 
     # -- locked helpers; subclasses extend these
 
-    def _add_locked(self, item: Item) -> None:
-        if self._shutting_down or item in self._dirty:
+    def _add_locked(self, item: Item, priority: int) -> None:
+        if self._shutting_down:
             return
-        self._dirty.add(item)
+        current = self._dirty.get(item)
+        if current is not None:
+            if priority > current:
+                self._raise_locked(item, current, priority)
+            return
+        self._dirty[item] = priority
         self._added_at[item] = self._clock()
         if self._metrics is not None:
-            self._metrics.added()
+            self._metrics.added(priority)
         if item in self._processing:
             return
-        self._queue.append(item)
+        self._push_locked(item, priority, next(self._sequence))
         self._not_empty.notify()
+
+    def _raise_locked(self, item: Item, current: int, priority: int) -> None:
+        """Move dirty ``item`` from ``current`` up to ``priority``, keeping its place among
+        keys queued at ``priority``; a key being processed is only remembered higher."""
+        self._dirty[item] = priority
+        if self._metrics is not None:
+            self._metrics.moved(current, priority)
+        entry = self._queued.get(item)
+        if entry is None:
+            return
+        self._push_locked(item, priority, entry[1])
+        if len(self._heap) > 2 * len(self._queued) + 32:
+            self._heap = [(*live, key) for key, live in self._queued.items()]
+            heapq.heapify(self._heap)
+
+    def _push_locked(self, item: Item, priority: int, sequence: int) -> None:
+        entry = (-priority, sequence)
+        self._queued[item] = entry
+        heapq.heappush(self._heap, (*entry, item))
+
+    def _pop_locked(self) -> Item:
+        """Take the live heap entry with the highest priority; ``_queued`` must not be empty."""
+        while True:
+            negated, sequence, item = heapq.heappop(self._heap)
+            if self._queued.get(item) == (negated, sequence):
+                del self._queued[item]
+                return item
 
     def _promote_due_locked(self) -> float | None:
         """Move due delayed keys onto the queue; seconds until the next is due, or None."""
@@ -421,7 +491,7 @@ class WorkQueue:
             self._idle.notify_all()
 
     def _is_idle_locked(self) -> bool:
-        return not self._queue and not self._processing
+        return not self._queued and not self._processing
 
     def _in_flight_ages(self) -> tuple[float, float]:
         """Seconds of work in progress, summed and the longest, for the scrape-time gauges."""
@@ -432,14 +502,17 @@ class WorkQueue:
 
 
 class DelayingQueue(WorkQueue):
-    """A ``WorkQueue`` whose keys can be added after a delay.
+    """A ``WorkQueue`` whose keys can be added after a delay, at a priority.
 
     Invariants (under ``_lock``), besides ``WorkQueue``'s:
-    - ``_ready_at`` maps each waiting key to the one time it is due; a key waits at most once,
-      and a second ``add_after`` only ever moves it earlier, as client-go does.
-    - ``_waiting`` is a heap of (due, sequence, key) holding an entry that matches
-      ``_ready_at`` for each waiting key, plus stale entries skipped when popped; keys due at
-      the same time come out in the order they were delayed.
+    - ``_ready_at`` maps each waiting key to the ``(due, sequence)`` of its one live entry in
+      ``_waiting``; a key waits at most once, and a second ``add_after`` only ever moves it
+      earlier, as client-go does.
+    - ``_delayed_priority`` has the keys of ``_ready_at``: the highest priority each waiting
+      key was delayed with, the one it is added with when due.
+    - ``_waiting`` is a heap of (due, sequence, key) holding the live entry of each waiting
+      key, plus stale entries (matching no ``_ready_at`` value) skipped when popped; keys due
+      at the same time come out in the order they were delayed.
     - No extra thread: a getter waits no longer than until the earliest due time, and whoever
       next takes the lock after that moves due keys onto the queue, earliest first. Shutting
       down drops the keys still waiting.
@@ -450,33 +523,41 @@ class DelayingQueue(WorkQueue):
     ) -> None:
         super().__init__(name=name, clock=clock, metrics=metrics)
         self._waiting: list[tuple[float, int, Item]] = []
-        self._ready_at: dict[Item, float] = {}
-        self._sequence = itertools.count()
+        self._ready_at: dict[Item, tuple[float, int]] = {}
+        self._delayed_priority: dict[Item, int] = {}
 
-    def add_after(self, item: Item, delay: float) -> None:
-        """Add ``item`` once ``delay`` seconds have passed on the clock; now if ``delay <= 0``."""
+    def add_after(self, item: Item, delay: float, priority: int = PRIORITY_NORMAL) -> None:
+        """Add ``item`` at ``priority`` once ``delay`` seconds have passed on the clock; now if
+        ``delay <= 0``. A key already waiting keeps the earlier of its two due times and the
+        higher of its two priorities."""
         _check_item(item)
+        _check_priority(priority)
         with self._lock:
             if self._shutting_down:
                 return
             if delay <= 0:
-                self._add_locked(item)
+                self._add_locked(item, priority)
                 return
             ready = self._clock() + delay
             current = self._ready_at.get(item)
-            if current is not None and current <= ready:
-                return
+            if current is not None:
+                self._delayed_priority[item] = max(self._delayed_priority[item], priority)
+                if current[0] <= ready:
+                    return
+            else:
+                self._delayed_priority[item] = priority
             earliest = self._earliest_locked()
-            self._ready_at[item] = ready
-            heapq.heappush(self._waiting, (ready, next(self._sequence), item))
+            entry = (ready, next(self._sequence))
+            self._ready_at[item] = entry
+            heapq.heappush(self._waiting, (*entry, item))
             if earliest is None or ready < earliest:
                 # Getters sleep until the old earliest due time: have them look again.
                 self._not_empty.notify_all()
 
     def _earliest_locked(self) -> float | None:
         while self._waiting:
-            ready, _, item = self._waiting[0]
-            if self._ready_at.get(item) == ready:
+            ready, sequence, item = self._waiting[0]
+            if self._ready_at.get(item) == (ready, sequence):
                 return ready
             heapq.heappop(self._waiting)  # stale: the key was moved earlier or already added
         return None
@@ -488,7 +569,7 @@ class DelayingQueue(WorkQueue):
         while (earliest := self._earliest_locked()) is not None and earliest <= now:
             _, _, item = heapq.heappop(self._waiting)
             del self._ready_at[item]
-            self._add_locked(item)
+            self._add_locked(item, self._delayed_priority.pop(item))
         if earliest is None:
             return None
         return min(earliest - now, _MAX_DELAY_WAIT)
@@ -496,6 +577,7 @@ class DelayingQueue(WorkQueue):
     def _shut_down_locked(self) -> None:
         self._waiting.clear()
         self._ready_at.clear()
+        self._delayed_priority.clear()
         super()._shut_down_locked()
 
 
@@ -514,14 +596,16 @@ class RateLimitingQueue(DelayingQueue):
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
         )
 
-    def add_rate_limited(self, item: Item) -> None:
-        """Add ``item`` after the wait its rate limiter asks for; counts a retry."""
+    def add_rate_limited(self, item: Item, priority: int = PRIORITY_NORMAL) -> None:
+        """Add ``item`` at ``priority`` after the wait its rate limiter asks for; counts a
+        retry. The priority orders the key once it is due, never shortens its wait."""
         _check_item(item)
+        _check_priority(priority)
         if self.shutting_down:
             return
         if self._metrics is not None:
             self._metrics.retried()
-        self.add_after(item, self._limiter.when(item))
+        self.add_after(item, self._limiter.when(item), priority)
 
     def forget(self, item: Item) -> None:
         """The key succeeded (or is given up on): its rate limiter starts afresh."""
@@ -532,21 +616,39 @@ class RateLimitingQueue(DelayingQueue):
 
 
 class _QueueMetrics:
-    """One queue's children of the shared families."""
+    """One queue's children of the shared families; depth has a child per priority seen, and
+    always one for ``PRIORITY_NORMAL``, so the queue's depth is scraped before any add. Used only
+    under its queue's ``_lock``, which guards ``_depths``."""
 
     def __init__(self, metrics: WorkQueueMetrics, name: str) -> None:
-        self._depth = metrics.depth.labels(name)
+        self._name = name
+        self._depth_family = metrics.depth
+        self._depths: dict[int, Gauge] = {}
+        self._depth(PRIORITY_NORMAL)
         self._adds = metrics.adds.labels(name)
         self._queue_duration = metrics.queue_duration.labels(name)
         self._work_duration = metrics.work_duration.labels(name)
         self._retries = metrics.retries.labels(name)
 
-    def added(self) -> None:
-        self._adds.inc()
-        self._depth.inc()
+    def _depth(self, priority: int) -> Gauge:
+        child = self._depths.get(priority)
+        if child is None:
+            child = self._depths[priority] = self._depth_family.labels(self._name, str(priority))
+        return child
 
-    def got(self, waited: float) -> None:
-        self._depth.dec()
+    def added(self, priority: int) -> None:
+        self._adds.inc()
+        self._depth(priority).inc()
+
+    def moved(self, old: int, new: int) -> None:
+        self._depth(old).dec()
+        self._depth(new).inc()
+
+    def dropped(self, priority: int) -> None:
+        self._depth(priority).dec()
+
+    def got(self, priority: int, waited: float) -> None:
+        self._depth(priority).dec()
         self._queue_duration.observe(waited)
 
     def done(self, worked: float) -> None:
@@ -559,3 +661,8 @@ class _QueueMetrics:
 def _check_item(item: Item) -> None:
     if item is None:
         raise ValueError("None cannot be queued: get() returns None for shut down or timeout")
+
+
+def _check_priority(priority: object) -> None:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"a priority is an int, not {type(priority).__name__}: {priority!r}")
