@@ -21,9 +21,11 @@ from ome.api.v1beta1 import (
 )
 from ome.provider import gke
 from ome.runtime.client import Client, api_error, describe_error
+from ome.runtime.controller import always_high
 from ome.runtime.expectations import Expectations
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
+from ome.runtime.workqueue import PRIORITY_HIGH
 from ome.tpuslice.config import parse as parse_config
 from ome.tpuslice.types import Config
 
@@ -148,13 +150,20 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     if slices is not None:
         # The gate reads Slices and their hosts: a Slice routes to its owner (by the
         # ome.io/slice-owner annotation, and by its name), a node to the Slice's owner.
-        replica_controller.watch(slices.slices, keys=slices.slice_owner_keys)
+        # A Slice turning ready, a host changing and what goes go first (workqueue priority):
+        # they unblock replicas already waiting, ahead of new replicas' first passes.
         replica_controller.watch(
-            slices.nodes, keys=slices.node_owner_keys, changed=slices.host_changed
+            slices.slices, keys=slices.slice_owner_keys, priority=slices.slice_event_priority
+        )
+        replica_controller.watch(
+            slices.nodes,
+            keys=slices.node_owner_keys,
+            changed=slices.host_changed,
+            priority=always_high,
         )
         # A deleting replica's teardown waits on what the slice controller watches (the
-        # holders of its Slices' hosts going): that controller wakes it.
-        slices.on_teardown(replica_controller.enqueue)
+        # holders of its Slices' hosts going): that controller wakes it, first.
+        slices.on_teardown(lambda key: replica_controller.enqueue(key, PRIORITY_HIGH))
         manager.add_controller(slices.controller())
     manager.add_controller(replica_controller)
     service_reconciler = InferenceServiceReconciler(

@@ -24,7 +24,7 @@ from ome.kube import JSON
 from .client import api_error, describe_error
 from .informer import DeletedFinalStateUnknown, EventHandler, Informer, deleted_object, object_key
 from .logs import reconcile_context
-from .workqueue import RateLimitingQueue
+from .workqueue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, RateLimitingQueue
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("ome.runtime.controller")
@@ -45,6 +45,20 @@ Reconcile = Callable[[str], Result | None]
 KeysOf = Callable[[JSON], Iterable[str]]
 #: Whether an update (old, new) is news to a watch.
 Changed = Callable[[JSON, JSON], bool]
+#: The workqueue priority of an event: (old, new) for an update, (None, obj) for an add and
+#: (obj, None) for a delete (controller-runtime's handlers that raise an item's priority).
+Prioritize = Callable[[JSON | None, JSON | None], int]
+
+
+def always_high(_old: JSON | None, _new: JSON | None) -> int:
+    """Every event of this source unblocks work already queued: it goes first."""
+    return PRIORITY_HIGH
+
+
+def gone_high(_old: JSON | None, new: JSON | None) -> int:
+    """An object's going unblocks work (what waited for it to leave): first; its coming and
+    its changes are new work."""
+    return PRIORITY_HIGH if new is None else PRIORITY_NORMAL
 
 
 class ControllerMetrics:
@@ -151,30 +165,45 @@ class Controller:
 
     # -- sources -------------------------------------------------------------------------
 
-    def enqueue(self, key: str) -> None:
-        self.queue.add(key)
+    def enqueue(self, key: str, priority: int = PRIORITY_NORMAL) -> None:
+        self.queue.add(key, priority)
 
     def watch(
-        self, informer: Informer, keys: KeysOf | None = None, changed: Changed | None = None
+        self,
+        informer: Informer,
+        keys: KeysOf | None = None,
+        changed: Changed | None = None,
+        priority: Prioritize | None = None,
     ) -> None:
         """Queue the keys ``keys`` maps each changed object to (its own key by default);
         an update queues both the old and the new object's keys, and only when ``changed``
         (old, new) says it matters, when given (controller-runtime's update predicate: a
-        node's heartbeat is no news to a controller that reads its labels)."""
+        node's heartbeat is no news to a controller that reads its labels).
+
+        Keys go at ``priority``'s answer for the event (normal without one), except that the
+        adds of the informer's first list go at low priority, as controller-runtime's
+        priority queue has them: a restart's thousands of objects wait behind any event
+        that unblocks work."""
         mapper: KeysOf = keys or (lambda obj: [object_key(obj)])
+        rank: Prioritize = priority or (lambda _old, _new: PRIORITY_NORMAL)
 
         def add(obj: JSON) -> None:
+            level = rank(None, obj) if informer.has_synced() else PRIORITY_LOW
             for key in mapper(obj):
-                self.queue.add(key)
+                self.queue.add(key, level)
 
         def update(old: JSON, new: JSON) -> None:
             if changed is not None and not changed(old, new):
                 return
+            level = rank(old, new)
             for key in {*mapper(old), *mapper(new)}:
-                self.queue.add(key)
+                self.queue.add(key, level)
 
         def delete(obj: JSON | DeletedFinalStateUnknown) -> None:
-            add(deleted_object(obj))
+            gone = deleted_object(obj)
+            level = rank(gone, None)
+            for key in mapper(gone):
+                self.queue.add(key, level)
 
         informer.add_handler(EventHandler(add, update, delete))
 

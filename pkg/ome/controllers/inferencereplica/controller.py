@@ -32,7 +32,7 @@ from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.durations import format_go_duration, parse_go_duration
 from ome.kube import JSON, json_copy, parse_time, rfc3339
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
-from ome.runtime.controller import Controller, Result
+from ome.runtime.controller import Controller, Result, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
@@ -198,7 +198,7 @@ class InferenceReplicaReconciler:
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferencereplica", self.reconcile, workers=workers)
         c.watch(self.replicas)
-        c.watch(self.pods, keys=replica_key_of_pod)
+        c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)  # a loss goes first
         return c
 
     # -- reconcile -----------------------------------------------------------------------

@@ -23,10 +23,11 @@ from ome.controllers.inferencereplica.controller import Gated, Waiting, replica_
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import Client
-from ome.runtime.controller import Controller, Result
+from ome.runtime.controller import Controller, Result, always_high, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations
 from ome.runtime.informer import Informer, index_by_label, index_by_node_name, object_key
+from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_NORMAL
 from ome.tpuslice import demand as shapes
 from ome.tpuslice import naming
 from ome.tpuslice.hosts import Host
@@ -271,11 +272,38 @@ class SliceReconcilers:
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("tpuslice", self.reconcile, workers=workers)
         c.watch(self.replicas)
-        c.watch(self.pods, keys=replica_key_of_pod)
-        c.watch(self.slices, keys=self.slice_owner_keys)
-        c.watch(self.nodes, keys=self.node_owner_keys, changed=self.host_changed)
-        c.watch(self.holders, keys=self.holder_owner_keys, changed=holder_changed)
+        c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)
+        c.watch(self.slices, keys=self.slice_owner_keys, priority=self.slice_event_priority)
+        c.watch(
+            self.nodes, keys=self.node_owner_keys, changed=self.host_changed, priority=always_high
+        )
+        c.watch(
+            self.holders,
+            keys=self.holder_owner_keys,
+            changed=holder_changed,
+            priority=holder_event_priority,
+        )
         return c
+
+    def slice_event_priority(self, old: JSON | None, new: JSON | None) -> int:
+        """High for a Slice event that unblocks queued work: the Slice gone, turning ready or
+        no longer ready, starting to terminate, its partitions changing (assigned or lost), or
+        any change of state after its first (a failure, a loss, a recovery). Its creation and
+        its first state (activating) are new work: normal."""
+        if new is None:
+            return PRIORITY_HIGH
+        if old is None:
+            return PRIORITY_NORMAL
+        was, now = gke.parse(old), gke.parse(new)
+        ready = self.config.slice.ready_states
+        if (
+            was.ready(ready) != now.ready(ready)
+            or was.terminating != now.terminating
+            or was.partitions != now.partitions
+            or (was.state and was.state != now.state)
+        ):
+            return PRIORITY_HIGH
+        return PRIORITY_NORMAL
 
     def host_changed(self, old: JSON, new: JSON) -> bool:
         """Whether a node's update is news to the slice reconcilers: its labels (the slice
@@ -319,6 +347,12 @@ class SliceReconcilers:
 
 def _labels(obj: JSON) -> JSON:
     return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def holder_event_priority(old: JSON | None, new: JSON | None) -> int:
+    """A holder's going or change (bound elsewhere, terminating, finished) may let a deferred
+    release go (G2): high; a pod newly bound is new work."""
+    return PRIORITY_NORMAL if old is None else PRIORITY_HIGH
 
 
 def holder_changed(old: JSON, new: JSON) -> bool:
