@@ -6,10 +6,14 @@ so the pure core, the provider, the API types and the runtime can all stand on i
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
+
+import orjson
 
 _T = TypeVar("_T")
 
@@ -20,17 +24,64 @@ JSON = dict[str, Any]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
+def json_loads(data: bytes | str) -> Any:
+    """A JSON document decoded by orjson (about twice as fast as ``json``, and it shares the
+    strings of repeated keys, which is much of a cache's memory); the standard library's
+    decoder for what orjson refuses and ``json`` takes (nesting deeper than 254), so both
+    accept the same documents. An integer beyond 64 bits reads as a float, as in the API
+    server's own decoding of unstructured objects, so it never sends one."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def json_dumps(value: Any) -> bytes:
+    """``value`` as compact UTF-8 JSON (orjson: ten times faster than ``json.dumps``); the
+    standard library's encoder for what orjson refuses (integers beyond 64 bits, nesting
+    deeper than 254, keys that are not strings), which raises ``TypeError``/``ValueError``
+    for what is not JSON at all."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
 def json_copy(value: _T) -> _T:
     """A deep copy of a JSON value (dicts, lists and scalars, as ``json.loads`` makes them).
 
-    Written by hand: ``copy.deepcopy`` handles any object graph (a memo of every object, a
-    dispatch per type), which makes it four times slower on JSON, and caches and the
-    embedded API server copy JSON objects on every read.
+    An orjson round trip, twice as fast as a walk in Python, for dicts and lists; the walk
+    (``_copy``, by hand since ``copy.deepcopy`` keeps a memo and dispatches per type, four
+    times slower on JSON) for what orjson refuses: values it cannot encode, and floats that
+    are not finite, which it would turn into null.
     """
+    if type(value) is dict or type(value) is list:
+        try:
+            encoded = orjson.dumps(value)
+        except TypeError:
+            pass
+        else:
+            if b"null" not in encoded or not _has_non_finite(value):
+                return cast(_T, orjson.loads(encoded))
     try:
         return cast(_T, _copy(value))
     except RecursionError:  # nested deeper than the stack allows: what json.loads still takes
         return cast(_T, _copy_iteratively(value))
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a JSON value holds a NaN or an infinity (which orjson encodes as null)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float and not math.isfinite(item):
+            return True
+    return False
 
 
 def _copy_iteratively(value: Any) -> Any:
