@@ -77,6 +77,8 @@ class Cache:
     def by_index(self, name: str, value: str) -> list[JSON]:
         return [o for o in self._objects() if value in self.indexers[name](o)]
 
+    peek, peek_by_index = get, by_index  # copies of the store here, peeked or not
+
     def index_values(self, name: str) -> list[str]:
         return sorted({v for o in self._objects() for v in self.indexers[name](o)})
 

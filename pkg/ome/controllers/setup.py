@@ -37,7 +37,7 @@ from .inferencereplica.controller import (
 from .inferenceservice.controller import InferenceServiceReconciler
 from .slices import admission, messages
 from .slices.metrics import SliceGauge, SliceMetrics
-from .slices.reconciler import SliceReconcilers, holder_view
+from .slices.reconciler import SliceReconcilers, holder_view, host_view
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
             manager.client,
             config,
             inf.informer(gke.SLICES),
-            inf.informer(NODES),
+            inf.informer(NODES, transform=host_view),
             pods,
             inf.informer(PODS, transform=holder_view(config)),
             replicas,

@@ -73,7 +73,8 @@ class InferenceServiceReconciler:
         c.watch(self.replicas, keys=_owner_keys)
         # A runtime or model appearing or changing can unblock any service that names it.
         everything = lambda _obj: [  # noqa: E731
-            f"{s['metadata']['namespace']}/{s['metadata']['name']}" for s in self.services.list()
+            f"{s['metadata']['namespace']}/{s['metadata']['name']}"
+            for s in self.services.peek_list()
         ]
         for informer in (self.runtimes, self.cluster_runtimes, self.models, self.cluster_models):
             c.watch(informer, keys=everything)

@@ -103,11 +103,40 @@ def holder_view(config: Config) -> Callable[[JSON], JSON]:
     return strip
 
 
+def host_view(node: JSON) -> JSON:
+    """The cache transform of the node informer: only what the slice reconcilers read of a
+    host (``Host.from_node``: its name, labels, ``spec.unschedulable`` and Ready condition;
+    the provision-only and slice labels that index it), so that watching thousands of nodes
+    costs little memory, and a heartbeat changes nothing but the resourceVersion."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status")
+    kept_meta = {
+        k: meta[k]
+        for k in ("name", "uid", "resourceVersion", "labels", "deletionTimestamp")
+        if k in meta
+    }
+    conditions = (status or {}).get("conditions") if isinstance(status, dict) else None
+    ready = [
+        {"type": "Ready", "status": c.get("status")}
+        for c in (conditions if isinstance(conditions, list) else [])
+        if isinstance(c, dict) and c.get("type") == "Ready"
+    ]
+    view: JSON = {"metadata": kept_meta, "status": {"conditions": ready[:1]}}
+    if isinstance(spec, dict) and "unschedulable" in spec:
+        view["spec"] = {"unschedulable": spec["unschedulable"]}
+    return view
+
+
 class SliceReconcilers:
     """The slice reconcilers of one manager, over its shared informers: ``slices`` (every
     Slice), ``nodes``, ``pods`` (OME's, indexed by replica), ``holders`` (every pod, through
     ``holder_view``) and ``replicas``. ``pod_expectations`` are the InferenceReplica
-    controller's, since loss detection deletes that controller's pods too."""
+    controller's, since loss detection deletes that controller's pods too.
+
+    Observing and routing read the caches' own objects (``peek``, ``peek_by_index``) and
+    only parse them into the model's frozen values (``gke.parse``, ``Pod.from_json``,
+    ``Host.from_node`` keep no part of them), so they never copy and never change them. A
+    ``Replica`` keeps its raw object, which only events (as their target) and Slice bodies
+    (built anew, by ``gke.body``) read."""
 
     def __init__(
         self,
@@ -153,14 +182,14 @@ class SliceReconcilers:
     def _owned(self, replica: Replica) -> dict[str, SliceInfo]:
         return {
             s.name: s
-            for s in (gke.parse(o) for o in self.slices.by_index("owner", replica.uid))
+            for s in (gke.parse(o) for o in self.slices.peek_by_index("owner", replica.uid))
             if s.owned_by(replica.uid)
         }
 
     def _at(self, names: Iterable[str]) -> dict[str, SliceInfo]:
         found = {}
         for name in names:
-            obj = self.slices.get(name)
+            obj = self.slices.peek(name)
             if obj is not None:
                 found[name] = gke.parse(obj)
         return found
@@ -168,12 +197,13 @@ class SliceReconcilers:
     def _pods_of(self, replica: Replica) -> tuple[Pod, ...]:
         return tuple(
             Pod.from_json(p, self.config.slice_label, self.config.chip_resource)
-            for p in self.pods.by_index(BY_REPLICA, replica.key)
+            for p in self.pods.peek_by_index(BY_REPLICA, replica.key)
         )
 
     def _hosts(self, name: str) -> tuple[Host, ...]:
         return tuple(
-            Host.from_node(n, self.config.slice_label) for n in self.nodes.by_index("slice", name)
+            Host.from_node(n, self.config.slice_label)
+            for n in self.nodes.peek_by_index("slice", name)
         )
 
     def _expected(
@@ -207,7 +237,7 @@ class SliceReconcilers:
     # -- the tpuslice controller: release and loss --------------------------------------------
 
     def reconcile(self, key: str) -> Result | None:
-        raw = self.replicas.get(key)
+        raw = self.replicas.peek(key)  # only read: events name it, Slice bodies copy from it
         if raw is None:
             self.expectations.forget(key)
             return None
@@ -221,7 +251,7 @@ class SliceReconcilers:
         named = self._at({p.slice_name for p in pods if p.slice_name})
         nodes: dict[str, Host | None] = {}
         for node in {p.node for p in pods if p.node}:
-            obj = self.nodes.get(node)
+            obj = self.nodes.peek(node)
             nodes[node] = Host.from_node(obj, self.config.slice_label) if obj else None
         _, releasing = self._expected(replica, owned, named)
         obs = ReleaseObservation(
@@ -321,13 +351,13 @@ class SliceReconcilers:
         takes: its replacement, its deletion."""
         name = (slice_obj.get("metadata") or {}).get("name")
         hash8 = name.rsplit("-", 1)[-1] if isinstance(name, str) else ""
-        by_name = owners_by_name(slice_obj, self.replicas.by_index(BY_HASH, hash8))
+        by_name = owners_by_name(slice_obj, self.replicas.peek_by_index(BY_HASH, hash8))
         return sorted({*annotated_owner_keys(slice_obj), *by_name})
 
     def node_owner_keys(self, node: JSON) -> list[str]:
         """A node routes to the owner of the Slice its slice label names."""
         name = ((node.get("metadata") or {}).get("labels") or {}).get(self.config.slice_label)
-        found = self.slices.get(name) if isinstance(name, str) and name else None
+        found = self.slices.peek(name) if isinstance(name, str) and name else None
         return self.slice_owner_keys(found) if found is not None else []
 
     def holder_owner_keys(self, pod: JSON) -> list[str]:
@@ -341,7 +371,7 @@ class SliceReconcilers:
                 return []
         except ValueError:
             pass  # unreadable chips count as holding
-        host = self.nodes.get(node)
+        host = self.nodes.peek(node)
         return self.node_owner_keys(host) if host is not None else []
 
 
