@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import (
     HOLD_REWORD_AFTER,
+    HOLD_ROUTINE_REWORD_AFTER,
     LABEL_REPLICA,
     Hold,
     Observed,
@@ -30,6 +31,7 @@ from ome.controllers.inferencereplica.instances import (
     suspects,
 )
 from ome.controllers.inferencereplica.instances import plan as plan_only
+from ome.controllers.slices import messages
 
 JSON = dict[str, Any]
 #: A test's stand-in for a gate: (replica, index, the pods about to be created) -> a hold.
@@ -180,8 +182,8 @@ def deletes_of(pods: list[JSON]) -> list[tuple[str, str]]:
     return [(p["metadata"]["name"], p["metadata"]["uid"]) for p in pods]
 
 
-def hold_all(token: str, message: str) -> Any:
-    return lambda _replica, _index, _pods: Hold(token, message)
+def hold_all(token: str, message: str, routine: Any = None) -> Any:
+    return lambda _replica, _index, _pods: Hold(token, message, routine=routine)
 
 
 # -- helpers: slots, names, pods, revisions ----------------------------------------------------
@@ -1521,3 +1523,27 @@ def test_runners_that_turn_multi_pod_mid_update_move_the_surge_to_a_new_index() 
     back = plan(Observed(replica(single("engine:4"), rows=moved.rows), old_pods, NOW))
     assert back.rows[0]["operation"]["surgeIndex"] is None
     assert names(back.create) == [f"{NAME}-0-default-1"]
+
+
+def test_a_routine_rewording_of_a_hold_waits_until_the_record_has_stood_30s() -> None:
+    """E7 with fewer status writes at scale: between two wordings that only say the capacity
+    is on its way (``Hold.routine``), the record stands ``HOLD_ROUTINE_REWORD_AFTER``; a
+    wording that is news (here a failure) still replaces it after ``HOLD_REWORD_AFTER``."""
+    routine = messages.on_its_way
+    rep = replica(single())
+    waiting = hold_all(
+        "CapacityProvisioning", "slice s is waiting for partition assignment", routine
+    )
+    first = plan(Observed(rep, [], NOW), holds=(waiting,))
+    record = first.rows[0]["lastFailure"]
+    activating = hold_all("CapacityProvisioning", "slice s is ACTIVATING: booting", routine)
+    later = NOW + HOLD_REWORD_AFTER + timedelta(seconds=1)
+    kept = plan(Observed(with_rows(rep, first.rows), [], later), holds=(activating,))
+    assert kept.rows[0]["lastFailure"] == record, "a routine rewording waits"
+    assert kept.requeue_after == pytest.approx(24.0)
+    due = NOW + HOLD_ROUTINE_REWORD_AFTER
+    reworded = plan(Observed(with_rows(rep, kept.rows), [], due), holds=(activating,))
+    assert reworded.rows[0]["lastFailure"]["message"].endswith(": slice s is ACTIVATING: booting")
+    failed = hold_all("CapacityProvisioning", "slice s is FAILED: no capacity", routine)
+    news = plan(Observed(with_rows(rep, first.rows), [], later), holds=(failed,))
+    assert news.rows[0]["lastFailure"]["message"].endswith(": slice s is FAILED: no capacity")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -180,10 +180,14 @@ def running_revision(pods: list[JSON], revision: str) -> str:
 @dataclass(frozen=True)
 class Hold:
     """Why an Instance's pods are withheld: a waiting token (e.g. ``CapacityProvisioning``)
-    and the message recorded as its last failure."""
+    and the message recorded as its last failure. ``routine`` says of a reason of this
+    token whether it only tells that the wait is on its usual way (a new Slice's passage
+    through its states): between two such reasons a user reads no difference, so a new
+    wording waits ``HOLD_ROUTINE_REWORD_AFTER`` (None: every wording is news)."""
 
     token: str
     message: str
+    routine: Callable[[str], bool] | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -726,12 +730,26 @@ def hold_reason(failure: object) -> str | None:
 #: the pass it is due in is the one the plan wakes for: a wait that lasts reads true within
 #: this long, a wait of a few seconds costs one write.
 HOLD_REWORD_AFTER = timedelta(seconds=5)
+#: E7: the same between two routine wordings of a hold (``Hold.routine``): the record says
+#: the capacity is on its way either way, and at 2,000 services at once the Slices take long
+#: enough on the way for each of their states to cost a status write at 5 s.
+HOLD_ROUTINE_REWORD_AFTER = timedelta(seconds=30)
+
+
+def _record_stands(hold: Hold, recorded: str | None) -> timedelta:
+    """How long the record of ``recorded`` (the reason a hold of the same token wrote) stands
+    before ``hold``'s new wording replaces it."""
+    routine = hold.routine
+    if routine is None or recorded is None or not routine(recorded):
+        return HOLD_REWORD_AFTER
+    return HOLD_ROUTINE_REWORD_AFTER if routine(hold.message) else HOLD_REWORD_AFTER
 
 
 def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> float | None:
     """E7/E8: the operation waits on the token, its deadline parked (null). Returns the
-    seconds until a new wording of the same hold is due (``HOLD_REWORD_AFTER``), when it
-    was kept back; None when the record is up to date."""
+    seconds until a new wording of the same hold is due (``HOLD_REWORD_AFTER``, or
+    ``HOLD_ROUTINE_REWORD_AFTER`` between routine wordings), when it was kept back; None
+    when the record is up to date."""
     op["waiting"] = hold.token
     op["deadline"] = None
     message = hold_failure_message(hold.token, pod, hold.message)
@@ -739,8 +757,9 @@ def _park(row: JSON, op: JSON, hold: Hold, pod: str, now: datetime) -> float | N
     same_hold = previous.get("reason") == hold.token and previous.get("podName") == pod
     if same_hold and previous.get("message") != message:
         since = parse_time(previous.get("time"))
-        if since is not None and timedelta(0) <= now - since < HOLD_REWORD_AFTER:
-            return (HOLD_REWORD_AFTER - (now - since)).total_seconds()
+        stands = _record_stands(hold, hold_reason(previous))
+        if since is not None and timedelta(0) <= now - since < stands:
+            return (stands - (now - since)).total_seconds()
     keep_time = previous.get("reason") == hold.token and previous.get("message") == message
     row["lastFailure"] = {
         "podName": pod,

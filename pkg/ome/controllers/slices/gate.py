@@ -103,7 +103,7 @@ def judge_slot(
     """
 
     def hold(text: str) -> Hold:
-        return Hold(messages.CAPACITY, text)
+        return Hold(messages.CAPACITY, text, routine=messages.on_its_way)
 
     settings = config.slice
     if releasing and found.owned_by(replica.uid):

@@ -8,6 +8,7 @@ Pure: strings in, strings out. It decides nothing.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from datetime import timedelta
 
@@ -148,6 +149,26 @@ def hosts_unavailable(name: str, state: str, problems: Iterable[str]) -> str:
 def hosts_not_visible(name: str, state: str, found: int, need: int) -> str:
     """E6: a ready Slice whose hosts are not all labelled yet (pods wait, no event)."""
     return f"slice {name} is {state}, but only {found} of its {need} hosts are visible yet"
+
+
+#: GKE's states of a Slice on its usual way to ready (the simulator's too).
+STATES_ON_THE_WAY = ("SliceNotCreated", "ACTIVATING")
+_ON_ITS_WAY = re.compile(
+    r"slice \S+ (?:is waiting for partition assignment"
+    r"|has partitions assigned and no state yet"
+    rf"|is (?:{'|'.join(STATES_ON_THE_WAY)})(?:: .*)?"
+    r"|is \S+, but only \d+ of its \d+ hosts are visible yet)",
+    re.DOTALL,
+)
+
+
+def on_its_way(reason: str) -> bool:
+    """Whether an E3/E6 hold reason only tells that a new Slice is on its usual way to ready:
+    waiting for partitions, partitions and no state yet, an activating state (with GKE's
+    message), or hosts not all visible yet. Not a readiness Unknown, a failure, a release, a
+    conflict or a wrong shape. Between two such reasons a user reads no difference, so the
+    Instance's record is not worded anew for each (E7)."""
+    return _ON_ITS_WAY.fullmatch(reason) is not None
 
 
 # -- G: release ---------------------------------------------------------------------------------

@@ -47,7 +47,9 @@ def provision(
         name = replica.slice_name(slot)
         if name in slices:
             continue
-        holds[index] = Hold(messages.CAPACITY, messages.waiting_for_partitions(name))
+        holds[index] = Hold(
+            messages.CAPACITY, messages.waiting_for_partitions(name), routine=messages.on_its_way
+        )
         if name not in creating and slot in wanted:
             creates.append(Create(index, slot, name))
     return creates, holds
