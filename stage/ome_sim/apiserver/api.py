@@ -112,7 +112,7 @@ class Selection:
             return False
         if not self.labels.matches(meta.get("labels") or {}):
             return False
-        return self.fields.matches(object_fields(rt.group, rt.plural, obj))
+        return self.fields.empty or self.fields.matches(object_fields(rt.group, rt.plural, obj))
 
 
 class APIServer:
@@ -331,15 +331,16 @@ class APIServer:
         items: list[JSON] = []
         cont = ""
         remaining = 0
-        for obj in self._scan(rt, sel):
-            meta = obj["metadata"]
-            okey = (meta.get("namespace", ""), meta["name"])
-            if start is not None and okey <= start:
-                continue
+        # As kube-apiserver: the count of what is left only without selectors (with one it is
+        # unknown, and a page ends at the first match past the limit, not after a full scan).
+        counted = sel.labels.empty and sel.fields.empty
+        for obj in self._scan(rt, sel, start):
             if not sel.matches(rt, obj):
                 continue
             if opts.limit and len(items) >= opts.limit:
                 remaining += 1
+                if not counted:
+                    break
                 continue
             items.append(self.present(rt, version, json_copy(obj)))
         if remaining:
@@ -348,7 +349,8 @@ class APIServer:
         metadata: JSON = {"resourceVersion": str(list_rv)}
         if cont:
             metadata["continue"] = cont
-            metadata["remainingItemCount"] = remaining
+            if counted:
+                metadata["remainingItemCount"] = remaining
         return {
             "kind": f"{rt.kind}List",
             "apiVersion": rt.api_version(version),
@@ -356,10 +358,13 @@ class APIServer:
             "items": items,
         }
 
-    def _scan(self, rt: ResourceType, sel: Selection) -> Iterator[JSON]:
-        """The stored objects a selection can match, in key order: through the store's
-        indexes when it has an equality label requirement or (pods) a ``spec.nodeName``
-        term, else all of the type. Every one is still matched by the caller."""
+    def _scan(
+        self, rt: ResourceType, sel: Selection, after: tuple[str, str] | None = None
+    ) -> Iterator[JSON]:
+        """The stored objects a selection can match, in key order and past ``after`` (a
+        continue token's last key): through the store's indexes when it has an equality
+        label requirement or (pods) a ``spec.nodeName`` term, else all of the type. Every
+        one is still matched by the caller."""
         labels = [
             (r.key, r.values[0])
             for r in sel.labels.requirements
@@ -378,8 +383,8 @@ class APIServer:
         )
         keys = self.store.candidates(rt.key, labels, node) if labels or node else None
         if keys is None:
-            return self.store.items(rt.key, sel.namespace)
-        return self.store.items_among(rt.key, keys, sel.namespace)
+            return self.store.items(rt.key, sel.namespace, after)
+        return self.store.items_among(rt.key, keys, sel.namespace, after)
 
     def _encode_continue(self, rv: int, key: tuple[str, str]) -> str:
         raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)})

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import yaml
 from aiohttp import web
 
-from ome.kube import json_copy
+from ome.kube import json_copy, json_dumps
 
 from . import errors, protobuf
 from .admission import WebhookDispatcher
@@ -797,7 +797,7 @@ class EmbeddedAPIServer:
         line = change.encoded.get(key)
         if line is None:
             obj = self.api.present(t.rt, t.version, json_copy(change.obj))
-            line = json.dumps({"type": etype, "object": obj}).encode() + b"\n"
+            line = json_dumps({"type": etype, "object": obj}) + b"\n"
             change.encoded[key] = line
         return line
 
@@ -909,13 +909,11 @@ def _gone_status(rv: int, current: int) -> JSON:
 
 
 async def _write_event(response: web.StreamResponse, etype: str, obj: JSON) -> None:
-    await response.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+    await response.write(json_dumps({"type": etype, "object": obj}) + b"\n")
 
 
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
-    response = web.Response(
-        body=json.dumps(body).encode(), status=status, content_type="application/json"
-    )
+    response = web.Response(body=json_dumps(body), status=status, content_type="application/json")
     for warning in warnings or []:
         response.headers.add("Warning", f'299 - "{warning}"')
     return response

@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -87,10 +88,14 @@ class Store:
         """The stored object itself, for read-only checks on the loop thread. Never mutate."""
         return self._objects.get(tkey, {}).get(okey)
 
-    def items(self, tkey: TypeKey, namespace: str | None = None) -> Iterator[JSON]:
-        """Stored objects of a type (not copies), sorted by namespace and name."""
+    def items(
+        self, tkey: TypeKey, namespace: str | None = None, after: ObjKey | None = None
+    ) -> Iterator[JSON]:
+        """Stored objects of a type (not copies), sorted by namespace and name; only those
+        past ``after`` when given (a list page's continue key)."""
         objs = self._objects.get(tkey, {})
-        for okey in sorted(objs):
+        keys = sorted(objs)
+        for okey in keys[bisect.bisect_right(keys, after) if after is not None else 0 :]:
             if namespace is None or okey[0] == namespace:
                 yield objs[okey]
 
@@ -108,11 +113,16 @@ class Store:
         return found
 
     def items_among(
-        self, tkey: TypeKey, keys: set[ObjKey], namespace: str | None = None
+        self,
+        tkey: TypeKey,
+        keys: set[ObjKey],
+        namespace: str | None = None,
+        after: ObjKey | None = None,
     ) -> Iterator[JSON]:
         """The stored objects (not copies) at ``keys``, as ``items`` orders them."""
         objs = self._objects.get(tkey, {})
-        for okey in sorted(keys):
+        ordered = sorted(keys)
+        for okey in ordered[bisect.bisect_right(ordered, after) if after is not None else 0 :]:
             if (namespace is None or okey[0] == namespace) and okey in objs:
                 yield objs[okey]
 
