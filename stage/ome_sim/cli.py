@@ -646,6 +646,16 @@ def build_parser() -> argparse.ArgumentParser:
         "from kube-apiserver's audit log, and the cold start is against the steady state's "
         "services only",
     )
+    bench.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="an earlier run's JSON (from .ome/bench/): after the summary, a table of this "
+        "run against it for each burst size in both and the cold start, each figure with "
+        "the ratio this/that (also in the JSON as compared_with); exits 2 at once when the "
+        "file cannot be read",
+    )
     bench.set_defaults(func=_bench)
     soak = sub.add_parser(
         "soak",
@@ -745,7 +755,7 @@ def _soak(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run  # noqa: PLC0415 - only this subcommand needs it
 
-    return run(args.quick, args.out, args.bursts, args.control_plane)
+    return run(args.quick, args.out, args.bursts, args.control_plane, args.compare)
 
 
 def _sizes(text: str) -> tuple[int, ...]:

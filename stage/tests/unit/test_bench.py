@@ -1,17 +1,29 @@
 """What ``ome-sim bench`` reports from its measurements: each goal as a ratio against its
-limit, and a write storm as a failure."""
+limit, a write storm as a failure, the workqueue's depth by priority, and a run against an
+earlier one."""
 
 from __future__ import annotations
 
+import json
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ome.tpuslice import naming
-from ome_sim import bench
+from ome_sim import bench, cli
 
 
-def burst(n: int, create_s: float, delete_s: float, writes: float, p99: float) -> dict[str, Any]:
+def burst(
+    n: int,
+    create_s: float,
+    delete_s: float,
+    writes: float,
+    p99: float,
+    manager_ms: float = 10.0,
+) -> dict[str, Any]:
     return {
         "services": n,
         "create_s": create_s,
@@ -29,7 +41,7 @@ def burst(n: int, create_s: float, delete_s: float, writes: float, p99: float) -
             "apiserver_cpu_ms_per_request": 0.5,
             "provider_cpu_ms_per_slice": 2.0,
             "provider_cpu_ms_per_request": 0.25,
-            "manager_cpu_ms_per_service": 10.0,
+            "manager_cpu_ms_per_service": manager_ms,
         },
     }
 
@@ -58,23 +70,84 @@ def result(writes: float) -> dict[str, Any]:
 
 def test_each_goal_is_its_ratio_against_its_limit() -> None:
     r = result(writes=bench.ideal_total())
+    r["bursts"]["100"] = burst(100, 20.0, 5.0, bench.ideal_total(), 0.4, manager_ms=16.0)
+    r["cold"]["first_pass_s"] = 9.0
     goals = {g["goal"]: g for g in bench.goals(r, bench.QUICK)}
-    reaction = goals["reaction p99 at 100 services <= 3x a bare create"]
-    assert reaction["measured"] == 5.0 and not reaction["met"]
+    assert list(goals) == [
+        "reaction p99 at 100 services <= 150x a bare create",
+        "manager CPU per service at 100 services <= 15 ms",
+        "create cost per service at 100 <= 1.5x at 20",
+        "delete cost per service at 100 <= 1.5x at 20",
+        "writes per lifecycle at 20 services <= 1.2x ideal",
+        "writes per lifecycle at 100 services <= 1.2x ideal",
+        "writes per lifecycle, same names again (100) <= 1.2x ideal",
+        "steady writes per minute (100 Ready) = 0",
+        "steady non-watch reads per minute (100 Ready) <= 1",
+        "cold start (500 services) first pass <= 8 s",
+        "cold start (500 services) writes = 0",
+        "cold start peak RSS <= 300 MiB",
+    ]
+    reaction = goals["reaction p99 at 100 services <= 150x a bare create"]
+    assert reaction["measured"] == pytest.approx(200.0) and reaction["limit"] == 150.0
+    assert not reaction["met"]
+    cpu = goals["manager CPU per service at 100 services <= 15 ms"]
+    assert (cpu["measured"], cpu["limit"], cpu["met"]) == (16.0, 15.0, False)
     create = goals["create cost per service at 100 <= 1.5x at 20"]
     assert create["measured"] == 2.0 and not create["met"]
     delete = goals["delete cost per service at 100 <= 1.5x at 20"]
     assert delete["measured"] == 1.0 and delete["met"]
     assert goals["writes per lifecycle at 100 services <= 1.2x ideal"]["measured"] == 1.0
     assert not goals["steady non-watch reads per minute (100 Ready) <= 1"]["met"]
-    assert goals["cold start peak RSS <= 512 MiB"]["measured"] == 128.0
+    first = goals["cold start (500 services) first pass <= 8 s"]
+    assert (first["measured"], first["limit"], first["met"]) == (9.0, 8.0, False)
+    rss = goals["cold start peak RSS <= 300 MiB"]
+    assert (rss["measured"], rss["limit"], rss["met"]) == (128.0, 300.0, True)
     cold_writes = goals["cold start (500 services) writes = 0"]
     assert cold_writes["measured"] == 3.0 and not cold_writes["met"]
     r["goals"] = bench.goals(r, bench.QUICK)
     text = bench.summary(r)
-    assert "MISSED reaction p99 at 100 services <= 3x a bare create: 5.00 (limit 3)" in text
+    assert "MISSED reaction p99 at 100 services <= 150x a bare create: 200.00 (limit 150)" in text
+    assert "MISSED manager CPU per service at 100 services <= 15 ms: 16.00 (limit 15)" in text
     assert "met    delete cost per service at 100 <= 1.5x at 20: 1.00 (limit 1.5)" in text
+    assert "met    cold start peak RSS <= 300 MiB: 128.00 (limit 300)" in text
     assert "cold start, 500 services, 2000 pods, 1000 nodes: 3 writes" in text
+
+
+def full_result() -> dict[str, Any]:
+    r = result(writes=bench.ideal_total())
+    r["bursts"] = {
+        "1": burst(1, 1.0, 1.0, 11.0, 0.004),
+        "50": burst(50, 5.0, 2.0, 11.0, 0.010),
+        "500": burst(500, 50.0, 20.0, 11.0, 0.2, manager_ms=14.0),  # 100x
+        "2000": burst(2000, 200.0, 80.0, 11.0, 0.5, manager_ms=15.5),  # 250x
+    }
+    return r
+
+
+def test_the_full_plan_has_a_reaction_and_cpu_goal_at_500_and_at_2000() -> None:
+    goals = {g["goal"]: g for g in bench.goals(full_result(), bench.FULL)}
+    at_500 = goals["reaction p99 at 500 services <= 150x a bare create"]
+    assert (at_500["measured"], at_500["limit"], at_500["met"]) == (pytest.approx(100.0), 150, True)
+    at_2000 = goals["reaction p99 at 2000 services <= 300x a bare create"]
+    assert (at_2000["measured"], at_2000["limit"], at_2000["met"]) == (
+        pytest.approx(250.0),
+        300,
+        True,
+    )
+    assert goals["manager CPU per service at 500 services <= 15 ms"]["met"]
+    cpu = goals["manager CPU per service at 2000 services <= 15 ms"]
+    assert (cpu["measured"], cpu["met"]) == (15.5, False)
+    assert not [g for g in goals if "reaction p99 at 2000 services <= 150x" in g]
+
+
+def test_a_burst_of_2000_compared_has_its_own_reaction_limit_only() -> None:
+    """``--bursts 500,2000``: 2,000 is the compared burst, and its limit is 300x, not 150x."""
+    r = full_result()
+    plan = bench.dataclasses.replace(bench.FULL, bursts=(500, 2000), compare=(500, 2000))
+    reaction = [g["goal"] for g in bench.goals(r, plan) if g["goal"].startswith("reaction")]
+    assert reaction == ["reaction p99 at 2000 services <= 300x a bare create"]
+    cpu = [g["goal"] for g in bench.goals(r, plan) if g["goal"].startswith("manager CPU")]
+    assert cpu == ["manager CPU per service at 2000 services <= 15 ms"]
 
 
 def test_more_than_three_times_the_ideal_writes_is_a_storm() -> None:
@@ -163,3 +236,237 @@ def test_a_kubeconfig_left_by_an_earlier_run_is_not_taken_for_the_new_servers(
     with pytest.raises(RuntimeError, match="stop here"):
         bench.Stage(tmp_path, hosts=1, activation_delay=1.0).start()
     assert seen == {"apiserver": False}
+
+
+# -- the workqueue's depth by priority --------------------------------------------------------
+
+WITHOUT_PRIORITY = """\
+# HELP workqueue_depth Current depth of workqueue
+# TYPE workqueue_depth gauge
+workqueue_depth{name="inferencereplica"} 3.0
+workqueue_depth{name="inferenceservice"} 1.0
+# HELP workqueue_adds_total Total number of adds handled by workqueue
+# TYPE workqueue_adds_total counter
+workqueue_adds_total{name="inferencereplica"} 40.0
+"""
+
+WITH_PRIORITY = """\
+# HELP workqueue_depth Current depth of workqueue
+# TYPE workqueue_depth gauge
+workqueue_depth{name="inferencereplica",priority="100"} 3.0
+workqueue_depth{name="inferencereplica",priority="0"} 7.0
+workqueue_depth{name="inferencereplica",priority="-100"} 2.0
+workqueue_depth{name="inferenceservice",priority="0"} 1.0
+# HELP workqueue_longest_running_processor_seconds How many seconds has the longest running processor for workqueue been running.
+# TYPE workqueue_longest_running_processor_seconds gauge
+workqueue_longest_running_processor_seconds{name="inferencereplica"} 0.5
+"""
+
+
+def test_the_depth_without_a_priority_label_is_normal() -> None:
+    depth = bench.queue_depths(WITHOUT_PRIORITY)
+    assert depth == {"inferencereplica": {"0": 3.0}, "inferenceservice": {"0": 1.0}}
+    assert bench.total_depth(depth) == 4.0
+
+
+def test_the_depth_is_by_queue_and_priority() -> None:
+    depth = bench.queue_depths(WITH_PRIORITY)
+    assert depth == {
+        "inferencereplica": {"100": 3.0, "0": 7.0, "-100": 2.0},
+        "inferenceservice": {"0": 1.0},
+    }
+    assert bench.total_depth(depth) == 13.0
+    assert bench.queue_depths("") == {}
+
+
+def test_the_depth_from_prometheus_clients_own_exposition() -> None:
+    """What the manager serves: prometheus_client's text for a gauge labelled by name and
+    priority."""
+    reg = CollectorRegistry()
+    gauge = Gauge(
+        "workqueue_depth", "Current depth of workqueue", ("name", "priority"), registry=reg
+    )
+    gauge.labels("inferencereplica", "-100").set(5)
+    gauge.labels("inferencereplica", "100").set(1)
+    text = generate_latest(reg).decode()
+    assert bench.queue_depths(text) == {"inferencereplica": {"-100": 5.0, "100": 1.0}}
+
+
+def test_a_text_that_is_no_exposition_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        bench.queue_depths("<html>not found</html>")
+
+
+def test_the_sampler_keeps_what_parses_and_counts_the_failed_scrapes() -> None:
+    script: list[str | Exception] = [
+        WITHOUT_PRIORITY,
+        OSError("connection refused"),
+        "<html>not found</html>",
+        WITH_PRIORITY,
+    ]
+    exhausted = threading.Event()
+
+    def scrape() -> str:
+        if not script:
+            exhausted.set()
+            raise OSError("no more")
+        step = script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    sampler = bench.DepthSampler(scrape, since=bench.time.monotonic(), every=0.001).start()
+    assert exhausted.wait(5)
+    sampler.stop()
+    assert [s["depth"] for s in sampler.samples] == [
+        {"inferencereplica": {"0": 3.0}, "inferenceservice": {"0": 1.0}},
+        {
+            "inferencereplica": {"100": 3.0, "0": 7.0, "-100": 2.0},
+            "inferenceservice": {"0": 1.0},
+        },
+    ]
+    assert 0 <= sampler.samples[0]["t"] <= sampler.samples[1]["t"] < 5
+    assert sampler.failed >= 3  # the refused one, the page, and at least one after the script
+
+
+def test_the_peak_per_priority_is_summed_over_the_queues_and_first_reached() -> None:
+    samples = [
+        {"t": 0.0, "depth": {"a": {"100": 1.0, "0": 2.0}, "b": {"0": 1.0}}},
+        {"t": 0.5, "depth": {"a": {"100": 4.0, "0": 0.0}, "b": {"0": 2.0, "-100": 5.0}}},
+        {"t": 1.0, "depth": {"a": {"100": 4.0}, "b": {"0": 3.0, "-100": 1.0, "7": 2.0}}},
+    ]
+    peaks = bench.depth_peaks(samples)
+    assert peaks == {
+        "100": {"depth": 4.0, "at_s": 0.5},
+        "7": {"depth": 2.0, "at_s": 1.0},
+        "0": {"depth": 3.0, "at_s": 0.0},
+        "-100": {"depth": 5.0, "at_s": 0.5},
+    }
+    assert list(peaks) == ["100", "7", "0", "-100"]  # highest priority first
+    assert bench.depth_peaks([]) == {}
+
+
+def test_the_summary_shows_the_peak_depth_per_priority_per_burst() -> None:
+    r = result(writes=bench.ideal_total())
+    r["bursts"]["20"]["queue_depth"] = [{"t": 0.0, "depth": {}}] * 4
+    r["bursts"]["20"]["queue_depth_peak"] = {"0": {"depth": 12.0, "at_s": 1.5}}
+    r["bursts"]["20"]["queue_depth_failed_scrapes"] = 1
+    r["bursts"]["100"]["queue_depth_peak"] = {
+        "100": {"depth": 3.0, "at_s": 2.0},
+        "-100": {"depth": 40.0, "at_s": 7.5},
+        "5": {"depth": 1.0, "at_s": 0.5},
+    }
+    r["goals"] = bench.goals(r, bench.QUICK)
+    lines = bench.summary(r).splitlines()
+    at = lines.index("workqueue depth by priority (peak, at s):")
+    assert lines[at + 1].split() == ["services", "high", "5", "normal", "low", "samples", "failed"]
+    assert lines[at + 2].split() == ["20", "-", "-", "12", "at", "1.5", "-", "4", "1"]
+    assert lines[at + 3].split() == [
+        *["100", "3", "at", "2.0", "1", "at", "0.5", "-", "40", "at", "7.5", "0", "0"]
+    ]
+    assert lines[at + 4].split() == ["100", "again", "-", "-", "-", "-", "0", "0"]
+
+
+# -- against an earlier run -------------------------------------------------------------------
+
+
+def test_a_run_against_an_earlier_one_is_each_figure_with_this_over_that() -> None:
+    this = result(writes=12.0)
+    that = result(writes=10.0)
+    that["baseline_create_s"] = 0.004
+    that["bursts"] = {
+        "100": burst(100, 10.0, 5.0, 10.0, 0.010, manager_ms=20.0),
+        "500": burst(500, 50.0, 5.0, 10.0, 0.010),
+    }
+    that["cold"]["first_pass_s"] = 4.0
+    that["cold"]["peak_rss_bytes"] = 2**28
+    rows = bench.compare(this, that)
+    table = {(r["burst"], r["figure"]): (r["this"], r["that"], r["ratio"]) for r in rows}
+    assert sorted({r["burst"] for r in rows if r["burst"] is not None}) == [100]
+    assert table[(100, "reaction_p50_x")] == (2.5, 1.25, 2.0)
+    assert table[(100, "reaction_p99_x")] == (5.0, 2.5, 2.0)
+    assert table[(100, "all_ready_s")] == (20.0, 10.0, 2.0)
+    assert table[(100, "manager_cpu_ms_per_service")] == (10.0, 20.0, 0.5)
+    assert table[(100, "writes_per_service")] == (12.0, 10.0, 1.2)
+    assert table[(None, "cold_first_pass_s")] == (2.0, 4.0, 0.5)
+    assert table[(None, "cold_peak_rss_mib")] == (128.0, 256.0, 0.5)
+    assert len(rows) == 7
+
+    text = bench.compare_table({"path": "old.json", "started": "then", "rows": rows})
+    lines = text.splitlines()
+    assert lines[0] == "compared with old.json (started then):"
+    assert lines[1].split() == ["services", "figure", "this", "that", "this/that"]
+    assert "100  reaction p99 (x bare create)        5.00      2.50      2.00" in text
+    assert "cold  cold start peak RSS (MiB)         128.00    256.00      0.50" in text
+
+
+def test_a_figure_missing_or_zero_in_the_earlier_run_has_no_ratio() -> None:
+    this = result(writes=12.0)
+    that = result(writes=0.0)
+    del that["cold"]
+    rows = {(r["burst"], r["figure"]): r for r in bench.compare(this, that)}
+    assert rows[(100, "writes_per_service")]["ratio"] is None
+    assert rows[(None, "cold_first_pass_s")]["that"] is None
+    assert rows[(None, "cold_first_pass_s")]["ratio"] is None
+    text = bench.compare_table({"path": "x", "rows": list(rows.values())})
+    assert "cold  cold start first pass (s)           2.00         -         -" in text
+
+
+def no_stage(monkeypatch: Any) -> list[str]:
+    started: list[str] = []
+
+    def start(self: Any) -> None:
+        started.append("stage")
+        raise bench.StageError("no stage in unit tests")
+
+    monkeypatch.setattr(bench.Stage, "start", start)
+    return started
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (None, "No such file or directory"),
+        ("{not json", "not JSON"),
+        ('{"bursts": {}}', "not a bench result"),
+        ("[1, 2]", "not a bench result"),
+    ],
+)
+def test_a_run_to_compare_with_that_cannot_be_read_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: Any, capsys: Any, content: str | None, reason: str
+) -> None:
+    started = no_stage(monkeypatch)
+    path = tmp_path / "earlier.json"
+    if content is not None:
+        path.write_text(content)
+    assert bench.run(True, tmp_path / "out", compare_path=path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bench: cannot compare with {path}: ")
+    assert reason in err and err.count("\n") == 1
+    assert started == []  # nothing ran
+    assert not (tmp_path / "out").exists()
+
+    assert cli.main(["bench", "--quick", "--compare", str(path), "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert started == []
+
+
+def test_the_comparison_is_written_into_the_result(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Even a run that failed early writes what it can compare: the cold start's figures,
+    none of its own."""
+    started = no_stage(monkeypatch)
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({**result(writes=11.0), "started": "earlier"}))
+    out = tmp_path / "out"
+    assert bench.run(True, out, compare_path=earlier) == 1
+    assert started == ["stage"]
+    (written,) = out.glob("*.json")
+    compared = json.loads(written.read_text())["compared_with"]
+    assert compared["path"] == str(earlier) and compared["started"] == "earlier"
+    assert [(r["figure"], r["this"], r["that"]) for r in compared["rows"]] == [
+        ("cold_first_pass_s", None, 2.0),
+        ("cold_peak_rss_mib", None, 128.0),
+    ]
+    assert f"compared with {earlier} (started earlier):" in capsys.readouterr().out
