@@ -98,33 +98,34 @@ def drain(queue: RateLimitingQueue) -> list[Any]:
     return out
 
 
-def test_the_first_list_waits_behind_what_unblocks_and_new_objects_after_it() -> None:
-    queue = RateLimitingQueue()
-    controller = Controller("c", lambda _key: None, queue=queue)
+def watching() -> tuple[Controller, _Informer, Any]:
+    """A controller watching a fake informer with ``gone_high``, and the handler it set."""
+    controller = Controller("c", lambda _key: None, queue=RateLimitingQueue())
     informer = _Informer()
     controller.watch(informer, priority=gone_high)  # type: ignore[arg-type]
     handler = informer.handler
     assert handler is not None and handler.on_add and handler.on_delete and handler.on_update
+    return controller, informer, handler
+
+
+def test_the_first_list_waits_behind_what_unblocks_and_new_objects_after_it() -> None:
+    controller, informer, handler = watching()
     handler.on_add(obj("listed-1"))
     handler.on_add(obj("listed-2"))
     informer.synced = True
     handler.on_add(obj("new"))
     handler.on_update(obj("changed"), obj("changed"))
     handler.on_delete(obj("gone"))
-    assert drain(queue) == ["ns/gone", "ns/new", "ns/changed", "ns/listed-1", "ns/listed-2"]
+    want = ["ns/gone", "ns/new", "ns/changed", "ns/listed-1", "ns/listed-2"]
+    assert drain(controller.queue) == want
 
 
 def test_an_event_raises_a_key_already_queued_low() -> None:
-    queue = RateLimitingQueue()
-    controller = Controller("c", lambda _key: None, queue=queue)
-    informer = _Informer()
-    controller.watch(informer, priority=gone_high)  # type: ignore[arg-type]
-    handler = informer.handler
-    assert handler is not None and handler.on_add and handler.on_delete
+    controller, informer, handler = watching()
     for name in ("a", "b", "c"):
         handler.on_add(obj(name))
     informer.synced = True
     handler.on_delete(obj("c"))
     controller.enqueue("ns/b", PRIORITY_HIGH)
-    assert drain(queue) == ["ns/b", "ns/c", "ns/a"]
+    assert drain(controller.queue) == ["ns/b", "ns/c", "ns/a"]
     assert PRIORITY_LOW < PRIORITY_NORMAL < PRIORITY_HIGH
