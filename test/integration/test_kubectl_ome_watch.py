@@ -26,6 +26,10 @@ pytestmark = pytest.mark.kubectl
 TIMEOUT = 60.0
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Watched:
     """A running ``kubectl-ome ... -w``: its standard output and error read line by line on
     threads, so that a test waits for a line with a timeout instead of sleeping."""
@@ -37,6 +41,9 @@ class Watched:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "HOME": str(env.cluster.home)},
+            # As a background job of a shell without job control starts it (CI, `make test &`):
+            # SIGINT ignored. Ctrl-C must still end the watch, as it ends kubectl's.
+            preexec_fn=_ignore_sigint,  # noqa: PLW1509 - one C call between fork and exec
         )
         self.out: queue.Queue[str | None] = queue.Queue()
         self.err: queue.Queue[str | None] = queue.Queue()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -468,7 +469,12 @@ def watch_slices(
     pods); after any of them changes, the rows are built again from their caches and printed
     when they differ from the last printed (a table again, after a blank line; one more List
     under json, one more YAML document under yaml). Returns only by an exception: Ctrl-C's
-    ``KeyboardInterrupt``, which ``main`` turns into exit status 0."""
+    ``KeyboardInterrupt``, which ``main`` turns into exit status 0.
+
+    Ctrl-C ends it even when it was started with SIGINT ignored (a background job of a shell
+    without job control, as CI starts its tests): Python then keeps ignoring it, while
+    kubectl's ``get -w`` (Go's ``signal.Notify``) takes it back; so does this."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     factory = InformerFactory(rest)
     replicas = factory.informer(INFERENCE_REPLICAS, namespace, _replica_selector(args))
     slice_objects = factory.informer(gke.SLICES)
