@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from ome.controllers.inferencereplica.controller import REBUILD_BACKOFF, RebuildBackoff
 from ome.controllers.inferenceservice.controller import InferenceServiceReconciler
@@ -135,6 +136,73 @@ def test_a_cached_replica_of_a_deleted_service_of_the_same_name_never_makes_it_r
     creates = [b for verb, plural, b in client.writes if verb == "create"]
     assert [b["metadata"]["ownerReferences"][0]["uid"] for b in creates] == ["uid-now"]
     assert not [w for w in client.writes if w[0] == "replace" and w[1] == "inferencereplicas"]
+
+
+class FailingCreates(Client):
+    """A client whose replica creates the API server refuses with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__()
+        self.status = status
+
+    def create(self, res: Any, body: JSON, namespace: str | None = None) -> JSON:
+        self.writes.append(("create", res.plural, body))
+        raise ApiException(status=self.status, reason="refused")
+
+
+def reconciler_over(replicas: Cache, client: Client) -> InferenceServiceReconciler:
+    runtime = {
+        "metadata": {"name": "rt"},
+        "spec": {"engineConfig": {"runner": {"name": "c", "image": "img:1"}}},
+    }
+    return InferenceServiceReconciler(
+        client,  # type: ignore[arg-type]
+        Cache(service("uid-now")),  # type: ignore[arg-type]
+        replicas,  # type: ignore[arg-type]
+        Cache(),  # type: ignore[arg-type]
+        Cache(runtime),  # type: ignore[arg-type]
+        Cache(),  # type: ignore[arg-type]
+        Cache({"metadata": {"name": "m"}}),  # type: ignore[arg-type]
+        Recorder(),  # type: ignore[arg-type]
+    )
+
+
+def replica_creates(client: Client) -> int:
+    return sum(
+        1 for verb, plural, _ in client.writes if (verb, plural) == ("create", "inferencereplicas")
+    )
+
+
+def test_a_replica_cache_that_lags_behind_our_create_never_causes_a_second_create() -> None:
+    """The service is reconciled again (its status write, a model event) before the replica
+    informer shows the replica just created: the second pass does not create it again (the
+    API server would refuse it, after a wasted request). Once the cache shows it, the
+    expectation is met and the cache decides again."""
+    replicas, client = Cache(), Client()
+    reconciler = reconciler_over(replicas, client)
+    reconciler.reconcile(f"{NS}/qwen3-tpu")
+    reconciler.reconcile(f"{NS}/qwen3-tpu")
+    assert replica_creates(client) == 1
+    replicas.objects[f"{NS}/qwen3-tpu-engine"] = ready_replica("uid-now")
+    reconciler.reconcile(f"{NS}/qwen3-tpu")
+    assert replica_creates(client) == 1
+    # Gone from the cache later (deleted by hand): the next pass creates it again.
+    del replicas.objects[f"{NS}/qwen3-tpu-engine"]
+    reconciler.reconcile(f"{NS}/qwen3-tpu")
+    assert replica_creates(client) == 2
+
+
+@pytest.mark.parametrize("status", [409, 422, 500])
+def test_a_refused_replica_create_is_tried_again_on_the_next_pass(status: int) -> None:
+    client = FailingCreates(status)
+    reconciler = reconciler_over(Cache(), client)
+    for _ in range(2):
+        if status >= 500:  # goes back to the workqueue, which retries it
+            with pytest.raises(ApiException):
+                reconciler.reconcile(f"{NS}/qwen3-tpu")
+        else:
+            reconciler.reconcile(f"{NS}/qwen3-tpu")
+    assert replica_creates(client) == 2
 
 
 # -- rebuild backoff -----------------------------------------------------------------------------

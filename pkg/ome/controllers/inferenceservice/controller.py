@@ -20,7 +20,7 @@ from ome.kube import JSON, json_copy
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
 from ome.runtime.events import EventRecorder
-from ome.runtime.expectations import LatestWrites
+from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
 from ome.runtime.rest import status_of
 
@@ -66,6 +66,9 @@ class InferenceServiceReconciler:
         #: our last status write per service, until the cache shows it (a pass before then
         #: would write the same status again, against the version it replaced: a 409)
         self._written: LatestWrites[JSON] = LatestWrites()
+        #: replica creates the cache does not show yet, per service key: a pass before the
+        #: replica informer catches up must not create the replica again
+        self._creating = Expectations()
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferenceservice", self.reconcile, workers=workers)
@@ -84,6 +87,7 @@ class InferenceServiceReconciler:
         isvc = self.services.get(key)
         if isvc is None:
             self._written.forget(key)
+            self._creating.forget(key)
             return None
         if isvc["metadata"].get("deletionTimestamp"):
             return None  # its replicas go with it: they are owned
@@ -249,10 +253,15 @@ class InferenceServiceReconciler:
     ) -> str | None:
         """Create or update the replica; a refused write is reported and its reason returned."""
         ns = isvc["metadata"]["namespace"]
+        key = f"{ns}/{isvc['metadata']['name']}"
         current = self._replica(isvc, name)
+        if current is not None:
+            self._creating.observe(key, {name: (current["metadata"].get("uid", ""), False)})
+        elif not self._creating.reserve_create(key, name):
+            return None  # created a moment ago: the cache does not show it yet
         try:
             if current is None:
-                self.client.create(
+                created = self.client.create(
                     INFERENCE_REPLICAS,
                     {
                         "apiVersion": "ome.io/v1beta1",
@@ -270,6 +279,7 @@ class InferenceServiceReconciler:
                     },
                     ns,
                 )
+                self._creating.created(key, name, (created.get("metadata") or {}).get("uid", ""))
             elif "lifecycle" not in spec and "lifecycle" in (current.get("spec") or {}):
                 # Lifecycle is the replica's own setting (an operator's): keep it.
                 spec["lifecycle"] = json_copy(current["spec"]["lifecycle"])
@@ -284,6 +294,8 @@ class InferenceServiceReconciler:
                 body["metadata"].setdefault("labels", {}).update(labels)
                 self.client.replace(INFERENCE_REPLICAS, body, ns)
         except ApiException as e:
+            if current is None:
+                self._creating.create_failed(key, name)
             if e.status == 409:
                 return None  # the cache lags: the next pass sees the replica
             reason = status_of(e).get("message") or f"{e.status} {e.reason}"
@@ -291,6 +303,10 @@ class InferenceServiceReconciler:
             self.recorder.event(isvc, "Warning", "ComponentReconcileError", message)
             if e.status in (400, 403, 404, 422) or (e.status or 0) < 500:
                 return message
+            raise
+        except Exception:
+            if current is None:
+                self._creating.create_failed(key, name)  # whether it landed, a retry tells
             raise
         return None
 
