@@ -21,6 +21,8 @@ def raw_slice(
     terminating: bool = False,
     rv: str = "1",
 ) -> JSON:
+    """A Slice ``s`` at resourceVersion ``rv``: distinct contents get distinct versions, as
+    the API server gives them (views are parsed once per version)."""
     meta: JSON = {"name": "s", "uid": "u", "resourceVersion": rv}
     if terminating:
         meta["deletionTimestamp"] = "2026-12-03T05:00:00Z"
@@ -49,16 +51,17 @@ def test_a_slice_turning_ready_goes_first_and_its_creation_does_not() -> None:
 def test_a_slice_lost_failing_or_going_goes_first() -> None:
     rank = routing_only().slice_event_priority
     assert rank(ACTIVE, raw_slice("ACTIVE", "True", ("p1",), rv="4")) == PRIORITY_HIGH
-    assert rank(ACTIVE, raw_slice("DEGRADED", "False", ("p1", "p2"), rv="4")) == PRIORITY_HIGH
-    assert rank(ACTIVATING, raw_slice("FAILED", "False", ("p1", "p2"), rv="4")) == PRIORITY_HIGH
-    assert rank(ACTIVE, raw_slice("ACTIVE", "True", ("p1", "p2"), True, "4")) == PRIORITY_HIGH
+    assert rank(ACTIVE, raw_slice("DEGRADED", "False", ("p1", "p2"), rv="5")) == PRIORITY_HIGH
+    assert rank(ACTIVATING, raw_slice("FAILED", "False", ("p1", "p2"), rv="6")) == PRIORITY_HIGH
+    assert rank(ACTIVE, raw_slice("ACTIVE", "True", ("p1", "p2"), True, "7")) == PRIORITY_HIGH
     assert rank(ACTIVE, None) == PRIORITY_HIGH  # deleted: a release or a teardown is done
 
 
 def test_partitions_assigned_go_first_but_a_first_state_does_not() -> None:
     rank = routing_only().slice_event_priority
-    assert rank(WAITING, raw_slice(partitions=("p1", "p2"), rv="2")) == PRIORITY_HIGH
-    assert rank(raw_slice(partitions=("p1", "p2")), ACTIVATING) == PRIORITY_NORMAL
+    assigned = raw_slice(partitions=("p1", "p2"), rv="5")
+    assert rank(WAITING, assigned) == PRIORITY_HIGH
+    assert rank(assigned, ACTIVATING) == PRIORITY_NORMAL
 
 
 def test_holders_and_pods_going_go_first() -> None:

@@ -5,6 +5,7 @@ of other workloads' pods wake anyone at all (the watches' update predicates)."""
 
 from __future__ import annotations
 
+from ome.controllers.slices.model import Replica
 from ome.controllers.slices.reconciler import (
     SliceReconcilers,
     annotated_owner_keys,
@@ -12,6 +13,8 @@ from ome.controllers.slices.reconciler import (
     holder_view,
     owners_by_name,
 )
+from ome.provider import gke
+from ome.runtime.views import ByVersion
 from ome.tpuslice.naming import Slot, owner_hash, slice_name
 from test.unit.slicekit import CONFIG, JSON, NAME, NAMESPACE, SLICE, UID
 
@@ -105,4 +108,6 @@ def routing_only() -> SliceReconcilers:
     """A SliceReconcilers with only its configuration: what its predicates read."""
     reconcilers = SliceReconcilers.__new__(SliceReconcilers)
     reconcilers.config = CONFIG
+    reconcilers.slice_view = ByVersion(gke.parse)
+    reconcilers.replica_view = ByVersion(Replica.from_json)
     return reconcilers

@@ -7,6 +7,7 @@ the provider's (``ome.provider.gke``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -55,11 +56,15 @@ def slot_for(instance_index: int, pod_ordinal: int, multi_pod: bool) -> Slot:
     return Slot(instance_index, 0 if multi_pod else pod_ordinal)
 
 
+@functools.lru_cache(maxsize=16384)
 def owner_hash(namespace: str, name: str, uid: str) -> str:
-    """D2: the first 8 lowercase hex characters of SHA-256 of ``<namespace>/<name>/<uid>``."""
+    """D2: the first 8 lowercase hex characters of SHA-256 of ``<namespace>/<name>/<uid>``.
+    Remembered for the most recent replicas: every routing of a Slice event and every pass
+    asks it again for the same replica (``lru_cache`` is thread-safe)."""
     return hashlib.sha256(f"{namespace}/{name}/{uid}".encode()).hexdigest()[:8]
 
 
+@functools.lru_cache(maxsize=16384)  # pure, and asked again on every pass
 def slice_name(replica_name: str, slot: Slot, hash8: str) -> str:
     """D2: ``<base>-<instance>-<ordinal>-<hash>``, at most 49 characters, a DNS-1123 label.
 
@@ -93,6 +98,7 @@ def owner_label_value(replica_name: str) -> str:
     return replica_name[:_LABEL_VALUE_MAX].rstrip("-.")
 
 
+@functools.lru_cache(maxsize=16384)  # pure, and asked again for every event routed
 def slot_of_name(slice_name_: str, replica_name: str, hash8: str) -> Slot | None:
     """The slot whose Slice of this replica has this name (D2 read backwards), or None when
     no slot of this replica is given the name: how a pod's slice selector or a Slice found at

@@ -27,6 +27,7 @@ from ome.runtime.controller import Controller, Result, always_high, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations
 from ome.runtime.informer import Informer, index_by_label, index_by_node_name, object_key
+from ome.runtime.views import ByVersion
 from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_NORMAL
 from ome.tpuslice import demand as shapes
 from ome.tpuslice import naming
@@ -134,7 +135,9 @@ class SliceReconcilers:
 
     Observing and routing read the caches' own objects (``peek``, ``peek_by_index``) and
     only parse them into the model's frozen values (``gke.parse``, ``Pod.from_json``,
-    ``Host.from_node`` keep no part of them), so they never copy and never change them. A
+    ``Host.from_node`` keep no part of them), so they never copy and never change them.
+    Slices and replicas are parsed once per version (``slice_view``, ``replica_view``): the
+    same cached object is read by every pass and every event routed through it. A
     ``Replica`` keeps its raw object, which only events (as their target) and Slice bodies
     (built anew, by ``gke.body``) read."""
 
@@ -159,6 +162,9 @@ class SliceReconcilers:
         self._wake_teardown: Callable[[str], None] | None = None
         #: our Slice creates and deletes the cache does not show yet, per replica key
         self.expectations = Expectations()
+        #: the model's values of cached Slices and replicas, parsed once per version
+        self.slice_view: ByVersion[SliceInfo] = ByVersion(gke.parse)
+        self.replica_view: ByVersion[Replica] = ByVersion(Replica.from_json)
         self.actor = SliceActor(
             client, config, recorder, metrics, self.expectations, pod_expectations, clock
         )
@@ -182,7 +188,7 @@ class SliceReconcilers:
     def _owned(self, replica: Replica) -> dict[str, SliceInfo]:
         return {
             s.name: s
-            for s in (gke.parse(o) for o in self.slices.peek_by_index("owner", replica.uid))
+            for s in (self.slice_view(o) for o in self.slices.peek_by_index("owner", replica.uid))
             if s.owned_by(replica.uid)
         }
 
@@ -191,7 +197,7 @@ class SliceReconcilers:
         for name in names:
             obj = self.slices.peek(name)
             if obj is not None:
-                found[name] = gke.parse(obj)
+                found[name] = self.slice_view(obj)
         return found
 
     def _pods_of(self, replica: Replica) -> tuple[Pod, ...]:
@@ -215,7 +221,7 @@ class SliceReconcilers:
     # -- the gate (the InferenceReplica pass) ----------------------------------------------
 
     def gate(self, raw: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
-        replica = Replica.from_json(raw)
+        replica = self.replica_view(raw)
         slots = slots_of(replica, pending)
         at = self._at(replica.slice_name(s) for s in slots.values())
         creating, releasing = self._expected(replica, self._owned(replica), at)
@@ -241,7 +247,7 @@ class SliceReconcilers:
         if raw is None:
             self.expectations.forget(key)
             return None
-        replica = Replica.from_json(raw)
+        replica = self.replica_view(raw)
         if replica.deleting:
             if self._wake_teardown is not None:
                 self._wake_teardown(key)  # teardown's, which waits on what woke us
@@ -278,7 +284,7 @@ class SliceReconcilers:
         events of the Slice's or the pods' going wake the replica, instead of reading live
         on each pass; otherwise (none cached, or one to delete) it acts on live reads, and is
         done only when one finds none."""
-        replica = Replica.from_json(raw)
+        replica = self.replica_view(raw)
         cached = self._owned(replica)
         _, releasing = self._expected(replica, cached)
         # Our deletes the cache does not show yet are as good as terminating.
@@ -324,7 +330,7 @@ class SliceReconcilers:
             return PRIORITY_HIGH
         if old is None:
             return PRIORITY_NORMAL
-        was, now = gke.parse(old), gke.parse(new)
+        was, now = self.slice_view(old), self.slice_view(new)
         ready = self.config.slice.ready_states
         if (
             was.ready(ready) != now.ready(ready)
@@ -351,7 +357,9 @@ class SliceReconcilers:
         takes: its replacement, its deletion."""
         name = (slice_obj.get("metadata") or {}).get("name")
         hash8 = name.rsplit("-", 1)[-1] if isinstance(name, str) else ""
-        by_name = owners_by_name(slice_obj, self.replicas.peek_by_index(BY_HASH, hash8))
+        by_name = owners_by_name(
+            slice_obj, self.replicas.peek_by_index(BY_HASH, hash8), self.replica_view
+        )
         return sorted({*annotated_owner_keys(slice_obj), *by_name})
 
     def node_owner_keys(self, node: JSON) -> list[str]:
@@ -396,13 +404,17 @@ def holder_changed(old: JSON, new: JSON) -> bool:
     return view(old) != view(new)
 
 
-def owners_by_name(slice_obj: JSON, replicas: Iterable[JSON]) -> list[str]:
+def owners_by_name(
+    slice_obj: JSON,
+    replicas: Iterable[JSON],
+    view: Callable[[JSON], Replica] = Replica.from_json,
+) -> list[str]:
     """The keys of the ``replicas`` that give this Slice's name to one of their slots (D2 read
     backwards: the name's suffix is a slot and the replica's owner hash)."""
     name = (slice_obj.get("metadata") or {}).get("name")
     if not isinstance(name, str):
         return []
-    return [object_key(r) for r in replicas if Replica.from_json(r).slot_of(name) is not None]
+    return [object_key(r) for r in replicas if view(r).slot_of(name) is not None]
 
 
 def annotated_owner_keys(slice_obj: JSON) -> list[str]:
