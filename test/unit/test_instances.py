@@ -1547,3 +1547,17 @@ def test_a_routine_rewording_of_a_hold_waits_until_the_record_has_stood_30s() ->
     failed = hold_all("CapacityProvisioning", "slice s is FAILED: no capacity", routine)
     news = plan(Observed(with_rows(rep, first.rows), [], later), holds=(failed,))
     assert news.rows[0]["lastFailure"]["message"].endswith(": slice s is FAILED: no capacity")
+
+
+def test_a_hold_on_a_slice_on_its_way_waits_on_the_slices_events_not_a_poll() -> None:
+    """A held Instance whose record is up to date is looked at again in 5 s, unless its hold
+    only says the Slice is on its way (``Hold.routine``): that Slice's every event (ready,
+    failed, gone, a new state) wakes the replica, so a poll would only repeat the pass."""
+    routine = messages.on_its_way
+    rep = replica(single())
+    on_its_way = hold_all("CapacityProvisioning", "slice s is ACTIVATING: booting", routine)
+    held = plan(Observed(rep, [], NOW), holds=(on_its_way,))
+    assert held.rows[0]["lastFailure"]["message"].endswith(": slice s is ACTIVATING: booting")
+    assert held.requeue_after is None
+    failed = hold_all("CapacityProvisioning", "slice s is FAILED: no capacity", routine)
+    assert plan(Observed(rep, [], NOW), holds=(failed,)).requeue_after == 5.0

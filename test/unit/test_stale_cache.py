@@ -35,6 +35,9 @@ class Cache:
         found = self.objects.get(key)
         return copy.deepcopy(found) if found is not None else None
 
+    def peek(self, key: str) -> JSON | None:
+        return self.objects.get(key)
+
     def list(self) -> list[JSON]:
         return [copy.deepcopy(o) for o in self.objects.values()]
 

@@ -204,7 +204,9 @@ class InferenceReplicaReconciler:
     # -- reconcile -----------------------------------------------------------------------
 
     def reconcile(self, key: str) -> Result | None:
-        replica = self.replicas.get(key)
+        # The cache's own replica and pods (no copies): a pass only reads them; what it
+        # writes it builds anew or copies first (the planned rows, the status, the pods).
+        replica = self.replicas.peek(key)
         if replica is None:
             self.expectations.forget(key)
             self._written.forget(key)
@@ -232,7 +234,7 @@ class InferenceReplicaReconciler:
         # Only pods this replica owns (its UID): a pod of an earlier replica of the same name
         # is garbage, never one of its Instances' pods, whatever the cache still shows.
         replica_uid = str(meta.get("uid", ""))
-        pods = [p for p in self.pods.by_index("replica", key) if _owned_by(p, replica_uid)]
+        pods = [p for p in self.pods.peek_by_index("replica", key) if _owned_by(p, replica_uid)]
         creating, going = self.expectations.observe(
             key,
             {

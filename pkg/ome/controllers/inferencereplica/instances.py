@@ -183,7 +183,9 @@ class Hold:
     and the message recorded as its last failure. ``routine`` says of a reason of this
     token whether it only tells that the wait is on its usual way (a new Slice's passage
     through its states): between two such reasons a user reads no difference, so a new
-    wording waits ``HOLD_ROUTINE_REWORD_AFTER`` (None: every wording is news)."""
+    wording waits ``HOLD_ROUTINE_REWORD_AFTER`` (None: every wording is news). A gate that
+    gives ``routine`` promises that its watches wake the replica when such a wait moves on,
+    so a routine hold is not polled (``HELD_LOOK_AGAIN``)."""
 
     token: str
     message: str
@@ -370,7 +372,11 @@ def settle(out: Plan, holds: Mapping[int, Hold]) -> Plan:
         hold = holds.get(index)
         if hold is not None:
             due = _park(p.row, p.op, hold, p.pods[0]["metadata"]["name"], p.now)
-            out.wake_in(due if due is not None else 5.0)
+            if due is not None:
+                out.wake_in(due)  # a new wording kept back is due then
+            elif hold.routine is None or not hold.routine(hold.message):
+                out.wake_in(HELD_LOOK_AGAIN)
+            # else the capacity is on its way, and its every event wakes the replica
             continue
         _unpark(p.row, p.op, p.now, p.timeout)
         created = _creatable(out, p.pods, p.there)
@@ -722,6 +728,10 @@ def hold_reason(failure: object) -> str | None:
     prefix = f"{token}{_HELD.format(pod=pod)}"
     return message[len(prefix) :] if message.startswith(prefix) else None
 
+
+#: A held Instance is looked at again this often, unless its hold is routine (the capacity
+#: on its way), whose ending an event always announces.
+HELD_LOOK_AGAIN = 5.0
 
 #: E7: how long a hold's record stands before another wording of the same hold replaces it.
 #: A new Slice goes through its states (no partitions, partitions and no state, ACTIVATING,

@@ -220,8 +220,9 @@ class InferenceServiceReconciler:
         """The cached InferenceReplica ``name`` of this InferenceService, only if it is this
         one's: its controller ownerReference has this service's UID. A replica left by a
         deleted service of the same name (a cache that missed its deletion, or garbage not
-        collected yet) is none of this service's, and never makes it Ready."""
-        found = self.replicas.get(f"{isvc['metadata']['namespace']}/{name}")
+        collected yet) is none of this service's, and never makes it Ready. It is the cache's
+        own object: only read here, and copied before a write."""
+        found = self.replicas.peek(f"{isvc['metadata']['namespace']}/{name}")
         if found is None:
             return None
         uid = isvc["metadata"].get("uid")
