@@ -37,6 +37,7 @@ from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
 from ome.runtime.rest import MERGE_PATCH, PODS, status_of
+from ome.runtime.views import ByVersion
 
 from . import instances
 from .instances import Hold, Observed
@@ -189,6 +190,10 @@ class InferenceReplicaReconciler:
         #: pods created and deleted per replica key that the cache does not show yet; shared
         #: with whatever else deletes this replica's pods (loss detection)
         self.expectations = expectations or Expectations()
+        #: the runners' revision hash, computed once per version of the replica
+        self._revision_of: ByVersion[str] = ByVersion(
+            lambda r: instances.revision_hash(list(r["spec"].get("runners") or []))
+        )
         #: the replica status our last write stored: the status is the Instances' memory, so
         #: a cache still showing the replaced version must not be planned from
         self._written: LatestWrites[JSON] = LatestWrites()
@@ -270,7 +275,7 @@ class InferenceReplicaReconciler:
         gated = self._gate(replica, pending)
         holds.update(gated.holds)
         instances.settle(plan, holds)
-        revision = instances.revision_hash(list(replica["spec"].get("runners") or []))
+        revision = self._revision_of(replica)
         self._ensure_revision(replica, revision)
         failed = gated.failed
         for name, uid in plan.delete:
