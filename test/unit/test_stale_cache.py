@@ -256,3 +256,47 @@ def test_the_backoff_is_capped_and_forgotten_with_its_replica() -> None:
     assert held is not None and held[0].message.endswith("waits 5m0s")
     backoff.forget("ns/r")
     assert backoff.hold("ns/r", 0, NOW + timedelta(seconds=1)) is None
+
+
+# -- what wakes a service ------------------------------------------------------------------------
+
+
+def test_a_service_is_woken_by_what_it_reads_of_its_replica_not_by_its_rows() -> None:
+    from ome.controllers.inferenceservice.controller import replica_news
+
+    before = ready_replica("uid-now")
+    rows = copy.deepcopy(before)
+    rows["status"]["instanceStatuses"] = [{"index": 0, "phase": "Creating"}]
+    assert not replica_news(before, rows), "a row's change is the replica's own business"
+    for change in (
+        lambda r: r["status"].update(readyReplicas=0),
+        lambda r: r["status"].update(updateRevision="r2"),
+        lambda r: r["spec"].update(replicas=2),
+        lambda r: r["metadata"].update(deletionTimestamp="2025-03-01T12:00:00Z"),
+        lambda r: r["metadata"].update(labels={"a": "b"}),
+    ):
+        changed = copy.deepcopy(before)
+        change(changed)
+        assert replica_news(before, changed)
+
+
+class StaleReplaces(Client):
+    """A client whose replica updates the API server refuses as stale (409)."""
+
+    def replace(self, res: Any, body: JSON, namespace: str | None = None, **kw: Any) -> JSON:
+        if res.plural == "inferencereplicas":
+            self.writes.append(("replace", res.plural, body))
+            raise ApiException(status=409, reason="Conflict")
+        return super().replace(res, body, namespace, **kw)
+
+
+def test_a_replica_update_refused_as_stale_is_tried_again_soon() -> None:
+    """The cache's replica is older than the server's (its rows moved on, which does not
+    wake the service): the refused update is retried, not left until some other event."""
+    cached = ready_replica("uid-now")
+    cached["spec"] = {"replicas": 1, "runners": []}  # not what the service projects now
+    client = StaleReplaces()
+    reconciler = reconciler_over(Cache(cached), client)
+    result = reconciler.reconcile(f"{NS}/qwen3-tpu")
+    assert [w[0] for w in client.writes if w[1] == "inferencereplicas"] == ["replace"]
+    assert result is not None and result.requeue

@@ -73,7 +73,7 @@ class InferenceServiceReconciler:
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferenceservice", self.reconcile, workers=workers)
         c.watch(self.services)
-        c.watch(self.replicas, keys=_owner_keys)
+        c.watch(self.replicas, keys=_owner_keys, changed=replica_news)
         # A runtime or model appearing or changing can unblock any service that names it.
         everything = lambda _obj: [  # noqa: E731
             f"{s['metadata']['namespace']}/{s['metadata']['name']}"
@@ -146,6 +146,7 @@ class InferenceServiceReconciler:
             )
         engine_config = (runtime.get("spec") or {}).get("engineConfig") or {}
         all_ready = True
+        lagging = False  # a replica update refused on a stale version: look again soon
         present = [c for c in COMPONENTS if spec.get(c) is not None]
         if not present:
             return self._status(
@@ -176,7 +177,8 @@ class InferenceServiceReconciler:
                 wanted.spec["replicas"] = clamp_replicas(
                     (existing.get("spec") or {}).get("replicas"), merged
                 )
-            error = self._apply_replica(isvc, wanted.name, wanted.spec, wanted.labels)
+            error, stale = self._apply_replica(isvc, wanted.name, wanted.spec, wanted.labels)
+            lagging |= stale
             if error is not None:
                 all_ready = False
                 conditions.append(
@@ -212,7 +214,12 @@ class InferenceServiceReconciler:
                 generation,
             )
         )
-        return self._status(isvc, conditions)
+        result = self._status(isvc, conditions)
+        if lagging and result is None:
+            # The replica moved on since the cache's copy, in a change that may not wake us
+            # (its rows: ``replica_news``): the update is tried again on the newer copy.
+            return Result(requeue=True)
+        return result
 
     # -- resolving -----------------------------------------------------------------------
 
@@ -251,15 +258,16 @@ class InferenceServiceReconciler:
 
     def _apply_replica(
         self, isvc: JSON, name: str, spec: JSON, labels: dict[str, str]
-    ) -> str | None:
-        """Create or update the replica; a refused write is reported and its reason returned."""
+    ) -> tuple[str | None, bool]:
+        """Create or update the replica; a refused write is reported and its reason returned,
+        with whether an update was refused because the cache's copy was stale (409)."""
         ns = isvc["metadata"]["namespace"]
         key = f"{ns}/{isvc['metadata']['name']}"
         current = self._replica(isvc, name)
         if current is not None:
             self._creating.observe(key, {name: (current["metadata"].get("uid", ""), False)})
         elif not self._creating.reserve_create(key, name):
-            return None  # created a moment ago: the cache does not show it yet
+            return None, False  # created a moment ago: the cache does not show it yet
         try:
             if current is None:
                 created = self.client.create(
@@ -298,18 +306,20 @@ class InferenceServiceReconciler:
             if current is None:
                 self._creating.create_failed(key, name)
             if e.status == 409:
-                return None  # the cache lags: the next pass sees the replica
+                # The cache lags: a create's replica comes with its event; an update's newer
+                # copy may not wake us.
+                return None, current is not None
             reason = status_of(e).get("message") or f"{e.status} {e.reason}"
             message = f"failed to reconcile component {name}: {reason}"
             self.recorder.event(isvc, "Warning", "ComponentReconcileError", message)
             if e.status in (400, 403, 404, 422) or (e.status or 0) < 500:
-                return message
+                return message, False
             raise
         except Exception:
             if current is None:
                 self._creating.create_failed(key, name)  # whether it landed, a retry tells
             raise
-        return None
+        return None, False
 
     def _delete_removed(self, isvc: JSON, present: list[str]) -> None:
         ns, name = isvc["metadata"]["namespace"], isvc["metadata"]["name"]
@@ -376,3 +386,25 @@ def _owner_keys(replica: JSON) -> list[str]:
         for ref in replica["metadata"].get("ownerReferences") or []
         if ref.get("kind") == "InferenceService"
     ]
+
+
+def _what_a_service_reads(replica: JSON) -> tuple[object, ...]:
+    meta = replica.get("metadata") or {}
+    status = replica.get("status") or {}
+    return (
+        meta.get("uid"),
+        meta.get("ownerReferences"),
+        meta.get("labels"),
+        meta.get("deletionTimestamp"),
+        replica.get("spec"),
+        status.get("readyReplicas"),
+        status.get("updateRevision"),
+        status.get("currentRevision"),
+    )
+
+
+def replica_news(old: JSON, new: JSON) -> bool:
+    """Whether a replica's update changes what its InferenceService's pass reads of it (its
+    owner, labels, deletion, spec, ready count and revisions): the Instances' rows, which the
+    replica's controller rewrites as its pods and Slices move, are no news to the service."""
+    return _what_a_service_reads(old) != _what_a_service_reads(new)
