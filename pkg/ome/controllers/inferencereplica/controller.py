@@ -251,7 +251,8 @@ class InferenceReplicaReconciler:
             },
         )
         now = self.clock()
-        obs = Observed(replica, pods, now, expected_new=creating, going=going)
+        revision = self._revision_of(replica)
+        obs = Observed(replica, pods, now, expected_new=creating, going=going, revision=revision)
         obs = dataclasses.replace(
             obs, confirmed_gone=self._confirm_gone(replica, instances.suspects(obs))
         )
@@ -275,7 +276,6 @@ class InferenceReplicaReconciler:
         gated = self._gate(replica, pending)
         holds.update(gated.holds)
         instances.settle(plan, holds)
-        revision = self._revision_of(replica)
         self._ensure_revision(replica, revision)
         failed = gated.failed
         for name, uid in plan.delete:

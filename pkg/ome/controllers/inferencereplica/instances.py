@@ -243,6 +243,8 @@ class Observed:
     confirmed_gone: frozenset[str] = frozenset()  # live reads found these pods absent
     #: pods we deleted that the cache still shows alive: read as terminating
     going: frozenset[str] = frozenset()
+    #: ``revision_hash`` of the replica's runners, when the caller has it already
+    revision: str | None = None
 
 
 def _operation(
@@ -288,7 +290,7 @@ def plan(obs: Observed) -> Plan:
     replica = obs.replica
     spec = replica.get("spec") or {}
     runners = list(spec.get("runners") or [])
-    revision = revision_hash(runners)
+    revision = obs.revision or revision_hash(runners)
     desired = max(0, int(spec.get("replicas") or 0))
     timeout_text = (spec.get("lifecycle") or {}).get("instanceReadyTimeout")
     try:
