@@ -82,6 +82,9 @@ def test_a_nodes_heartbeat_wakes_no_one_but_what_its_hosts_read_does() -> None:
     assert changed(before, node({SLICE: "s", "pool": "other"}))
 
 
+CHIPS = {"limits": {CONFIG.chip_resource: "4"}, "requests": {CONFIG.chip_resource: "4"}}
+
+
 def test_a_holders_status_only_update_wakes_no_one() -> None:
     """The holders' watch sees pods through ``holder_view``: a change of what G2 reads (its
     node, phase, deletion, chips, slice selector) is news; a new resourceVersion alone, which
@@ -89,7 +92,7 @@ def test_a_holders_status_only_update_wakes_no_one() -> None:
     view = holder_view(CONFIG)
     pod = {
         "metadata": {"name": "p", "namespace": "n", "uid": "u", "resourceVersion": "1"},
-        "spec": {"nodeName": "node-a", "containers": [{"name": "c"}]},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "resources": CHIPS}]},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]},
     }
     later = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "2"}}
@@ -111,3 +114,24 @@ def routing_only() -> SliceReconcilers:
     reconcilers.slice_view = ByVersion(gke.parse)
     reconcilers.replica_view = ByVersion(Replica.from_json)
     return reconcilers
+
+
+def test_a_pod_that_requests_no_chips_is_kept_as_its_name_and_is_never_news() -> None:
+    """G2: a holder requests chips (B3), and a pod's requests do not change: the holders'
+    cache keeps a pod without chips as its identity alone (most of a cluster's pods), and its
+    binding, phase or deletion wakes no one. Unreadable chips count as holding: kept whole."""
+    view = holder_view(CONFIG)
+    meta = {"name": "web", "namespace": "n", "uid": "u", "resourceVersion": "1"}
+    cpu = {"requests": {"cpu": "100m"}}
+    pod = {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": cpu}]}}
+    assert view(pod) == {"metadata": meta}
+    bound = {
+        "metadata": {**meta, "resourceVersion": "2", "deletionTimestamp": "2025-03-01T12:00:00Z"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "resources": cpu}]},
+        "status": {"phase": "Succeeded"},
+    }
+    assert not holder_changed(view(pod), view(bound))
+    assert routing_only().holder_owner_keys(view(bound)) == []
+    bad = {"limits": {CONFIG.chip_resource: "four"}}
+    unreadable = {**bound, "spec": {"nodeName": "node-a", "containers": [{"resources": bad}]}}
+    assert view(unreadable)["spec"]["nodeName"] == "node-a"

@@ -26,7 +26,7 @@ from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result, always_high, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations
-from ome.runtime.informer import Informer, index_by_label, index_by_node_name, object_key
+from ome.runtime.informer import Informer, index_by_label, object_key
 from ome.runtime.views import ByVersion
 from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_NORMAL
 from ome.tpuslice import demand as shapes
@@ -64,13 +64,23 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+_IDENTITY = ("name", "namespace", "uid", "resourceVersion")
+
+
 def holder_view(config: Config) -> Callable[[JSON], JSON]:
     """The cache transform of the informer over every pod: only what G2 and the routing of a
     holder's changes read (identity, node, the slice selector, container resources, phase),
-    so that watching all pods costs little memory."""
+    so that watching all pods costs little memory. A pod that requests no chips is never a
+    holder (G2, B3), and a pod's requests do not change: it is kept as its identity alone."""
 
     def strip(pod: JSON) -> JSON:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        try:
+            chipless = shapes.pod_chips(spec, config.chip_resource) <= 0
+        except ValueError:
+            chipless = False  # unreadable chips count as holding
+        if chipless:
+            return {"metadata": {k: meta[k] for k in _IDENTITY if k in meta}}
         selector = spec.get("nodeSelector") or {}
         kept_meta = {
             k: meta[k]
@@ -171,7 +181,6 @@ class SliceReconcilers:
         slices.add_indexer("owner", index_by_label(OWNER_UID_LABEL))
         nodes.add_indexer("slice", index_by_label(config.slice_label))
         nodes.add_indexer("provision-only", self._provision_only_accelerator)
-        holders.add_indexer("node", index_by_node_name)
         pods.add_indexer(BY_REPLICA, replica_key_of_pod)
         replicas.add_indexer(BY_HASH, _owner_hash_of)
 
