@@ -24,6 +24,8 @@ from urllib3.util.retry import Retry
 
 from ome.kube import JSON, Resource, json_dumps, json_loads
 
+from .httpheaders import Response
+
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -79,11 +81,11 @@ class _GuardedSend:
 
 
 class _GuardedHTTPConnection(_GuardedSend, HTTPConnection):
-    pass
+    response_class = Response  # headers parsed without the email package
 
 
 class _GuardedHTTPSConnection(_GuardedSend, HTTPSConnection):
-    pass
+    response_class = Response
 
 
 class _GuardedHTTPConnectionPool(HTTPConnectionPool):
