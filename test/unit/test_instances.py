@@ -1561,3 +1561,12 @@ def test_a_hold_on_a_slice_on_its_way_waits_on_the_slices_events_not_a_poll() ->
     assert held.requeue_after is None
     failed = hold_all("CapacityProvisioning", "slice s is FAILED: no capacity", routine)
     assert plan(Observed(rep, [], NOW), holds=(failed,)).requeue_after == 5.0
+
+
+def test_a_routine_hold_with_a_deadline_is_looked_at_again_then() -> None:
+    routine = messages.on_its_way
+    rep = replica(single())
+    held = Hold(
+        "CapacityProvisioning", "slice s is ACTIVATING: booting", routine=routine, look_again=42.0
+    )
+    assert plan(Observed(rep, [], NOW), holds=(lambda *_: held,)).requeue_after == 42.0

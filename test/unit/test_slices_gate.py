@@ -669,3 +669,17 @@ def test_judge_slot_holds_or_confines_and_recycles_only_what_e5_and_e6_allow(
         else:
             assert recycle.reason == "SliceHostUnavailable"
             assert found.ready(READY_STATES)
+
+
+def test_a_slice_short_of_ready_within_its_timeout_is_looked_at_again_when_it_runs_out() -> None:
+    """E5 with no event to announce it: a Slice that stays ACTIVATING changes nothing the
+    replica watches, so its routine hold says when the timeout runs out (just after it),
+    and that pass recycles the Slice. A wait with no timeout, or none known, has no time."""
+    found = sl(state="ACTIVATING", status="False", last_transition=NOW - timedelta(minutes=4))
+    verdict = judge_slot(0, found, [], replica(), ONE_HOST, CONFIG, NOW)
+    assert verdict.hold is not None and verdict.recycle is None
+    assert verdict.hold.look_again == pytest.approx(6 * 60 + 0.1)
+    due = NOW + timedelta(seconds=verdict.hold.look_again)
+    assert judge_slot(0, found, [], replica(), ONE_HOST, CONFIG, due).recycle is not None
+    waiting = sl(state="ACTIVE", status="True", partitions=(), last_transition=NOW)
+    assert judge_slot(0, waiting, [], replica(), ONE_HOST, CONFIG, NOW).hold.look_again is None  # type: ignore[union-attr]

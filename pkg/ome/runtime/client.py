@@ -13,7 +13,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kubernetes.client.exceptions import ApiException
 from opentelemetry import trace
@@ -175,7 +175,7 @@ class Client:
         if not tracing_on():
             # No span to record: the API's no-op spans still cost a context manager and an
             # attributes dict per request, a few percent of the manager's CPU in a burst.
-            return retrier(_call_with_context, fn, verb, res, name)
+            return cast(T, retrier(_call_with_context, fn, verb, res, name))
         attributes = {"k8s.verb": verb, "k8s.resource": res.plural, "k8s.group": res.group}
         if namespace:
             attributes["k8s.namespace"] = namespace
@@ -185,7 +185,7 @@ class Client:
             f"k8s {verb} {res.plural}", attributes=attributes
         ) as span:
             try:
-                result = retrier(_call_with_context, fn, verb, res, name)
+                result = cast(T, retrier(_call_with_context, fn, verb, res, name))
             except ApiException as e:
                 span.set_attribute("http.status_code", int(e.status or 0))
                 span.set_status(Status(StatusCode.ERROR, f"{e.status} {e.reason}"))
@@ -210,12 +210,16 @@ class Client:
                     retry=retry_if_exception(retryable),
                     stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.deadline),
                     wait=policy.wait,
-                    before_sleep=lambda state: self._retrying(*state.args[1:4], state),
+                    before_sleep=self._before_sleep,
                     reraise=True,
                 ),
             )
             self._made = made
         return made[1]
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        _fn, verb, res, name = state.args
+        self._retrying(verb, res, name, state)
 
     def _retrying(self, verb: str, res: Resource, name: str | None, state: RetryCallState) -> None:
         """One warning line per retry: the call, what failed (never the response headers),

@@ -185,11 +185,13 @@ class Hold:
     through its states): between two such reasons a user reads no difference, so a new
     wording waits ``HOLD_ROUTINE_REWORD_AFTER`` (None: every wording is news). A gate that
     gives ``routine`` promises that its watches wake the replica when such a wait moves on,
-    so a routine hold is not polled (``HELD_LOOK_AGAIN``)."""
+    so a routine hold is not polled (``HELD_LOOK_AGAIN``); ``look_again`` is then when its
+    answer changes with no event (a deadline), in seconds (None: never)."""
 
     token: str
     message: str
     routine: Callable[[str], bool] | None = field(default=None, compare=False)
+    look_again: float | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -376,8 +378,11 @@ def settle(out: Plan, holds: Mapping[int, Hold]) -> Plan:
             due = _park(p.row, p.op, hold, p.pods[0]["metadata"]["name"], p.now)
             if due is not None:
                 out.wake_in(due)  # a new wording kept back is due then
-            elif hold.routine is None or not hold.routine(hold.message):
-                out.wake_in(HELD_LOOK_AGAIN)
+            if hold.routine is None or not hold.routine(hold.message):
+                if due is None:
+                    out.wake_in(HELD_LOOK_AGAIN)
+            elif hold.look_again is not None:
+                out.wake_in(hold.look_again)  # a deadline no event announces
             # else the capacity is on its way, and its every event wakes the replica
             continue
         _unpark(p.row, p.op, p.now, p.timeout)

@@ -59,6 +59,10 @@ def waited(found: SliceInfo, now: datetime) -> timedelta | None:
     return now - since if since is not None else None
 
 
+#: how far past a deadline the pass that finds it passed is due (its ``<=`` is then false)
+_PAST = timedelta(milliseconds=100)
+
+
 @dataclass(frozen=True)
 class Recycle:
     """A Slice to release and provision again (E5, E6), once no pod holds it: ``reason`` is the
@@ -102,8 +106,13 @@ def judge_slot(
     pod of the Instance tolerates it, since any pod may land on any host of its Slice.
     """
 
-    def hold(text: str) -> Hold:
-        return Hold(messages.CAPACITY, text, routine=messages.on_its_way)
+    def hold(text: str, look_again: timedelta | None = None) -> Hold:
+        return Hold(
+            messages.CAPACITY,
+            text,
+            routine=messages.on_its_way,
+            look_again=look_again.total_seconds() if look_again is not None else None,
+        )
 
     settings = config.slice
     if releasing and found.owned_by(replica.uid):
@@ -117,8 +126,11 @@ def judge_slot(
         if kind != "not-ready" or settings.ready_timeout is None or not found.partitions:
             return SlotVerdict(hold(text))
         wait = waited(found, now)
-        if wait is None or wait <= settings.ready_timeout:
+        if wait is None:
             return SlotVerdict(hold(text))
+        if wait <= settings.ready_timeout:
+            # Timed out then, with no event to say so: the replica looks again just after.
+            return SlotVerdict(hold(text, settings.ready_timeout - wait + _PAST))
         gist = f"{found.uid}: {text}"
         text = messages.ready_timeout(text, wait, settings.ready_timeout)
         recycle = Recycle(index, found, messages.SLICE_READY_TIMEOUT, text, gist)
