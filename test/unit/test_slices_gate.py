@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
 from ome.controllers.slices.gate import Gated, Recycle, SlotVerdict, gate, judge_slot, wait_reason
 from ome.controllers.slices.gate import waited as waited_for
 from ome.controllers.slices.model import Event
@@ -671,15 +671,17 @@ def test_judge_slot_holds_or_confines_and_recycles_only_what_e5_and_e6_allow(
             assert found.ready(READY_STATES)
 
 
-def test_a_slice_short_of_ready_within_its_timeout_is_looked_at_again_when_it_runs_out() -> None:
+def test_a_slice_short_of_ready_within_its_timeout_is_looked_at_again_as_any_held_one() -> None:
     """E5 with no event to announce it: a Slice that stays ACTIVATING changes nothing the
-    replica watches, so its routine hold says when the timeout runs out (just after it),
-    and that pass recycles the Slice. A wait with no timeout, or none known, has no time."""
+    replica watches, so while a ready timeout applies its routine hold is looked at again as
+    often as any held Instance (``HELD_LOOK_AGAIN``), the pass that finds it timed out
+    recycles it. A wait that never times out (no partitions yet: E4) waits on events."""
     found = sl(state="ACTIVATING", status="False", last_transition=NOW - timedelta(minutes=4))
     verdict = judge_slot(0, found, [], replica(), ONE_HOST, CONFIG, NOW)
     assert verdict.hold is not None and verdict.recycle is None
-    assert verdict.hold.look_again == pytest.approx(6 * 60 + 0.1)
-    due = NOW + timedelta(seconds=verdict.hold.look_again)
-    assert judge_slot(0, found, [], replica(), ONE_HOST, CONFIG, due).recycle is not None
+    assert verdict.hold.look_again == HELD_LOOK_AGAIN == 5.0
+    later = NOW + timedelta(minutes=6, seconds=1)
+    assert judge_slot(0, found, [], replica(), ONE_HOST, CONFIG, later).recycle is not None
     waiting = sl(state="ACTIVE", status="True", partitions=(), last_transition=NOW)
-    assert judge_slot(0, waiting, [], replica(), ONE_HOST, CONFIG, NOW).hold.look_again is None  # type: ignore[union-attr]
+    held = judge_slot(0, waiting, [], replica(), ONE_HOST, CONFIG, NOW).hold
+    assert held is not None and held.look_again is None

@@ -378,17 +378,11 @@ class InferenceReplicaReconciler:
         status = replica.get("status") or {}
         if status.get("updateRevision") == revision:
             return
-        if int(meta.get("generation", 1)) == 1 and not status.get("updateRevision"):
-            # A replica whose spec never changed has had one revision at most, this one
-            # (its name is the spec's hash): create it as the first, and a 409 says it is
-            # there already. No list needed.
-            existing: list[JSON] = []
-        else:
-            existing = self.client.live_list(
-                CONTROLLER_REVISIONS,
-                meta["namespace"],
-                label_selector=f"{LABEL_INFERENCE_REPLICA}={meta['name']}",
-            )
+        existing = self.client.live_list(
+            CONTROLLER_REVISIONS,
+            meta["namespace"],
+            label_selector=f"{LABEL_INFERENCE_REPLICA}={meta['name']}",
+        )
         if any(r["metadata"]["name"] == name for r in existing):
             return
         number = max((int(r.get("revision", 0)) for r in existing), default=0) + 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
 from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
@@ -57,10 +57,6 @@ def waited(found: SliceInfo, now: datetime) -> timedelta | None:
     transition, or its creation while GKE reports no condition. None when neither is known."""
     since = found.last_transition or found.created
     return now - since if since is not None else None
-
-
-#: how far past a deadline the pass that finds it passed is due (its ``<=`` is then false)
-_PAST = timedelta(milliseconds=100)
 
 
 @dataclass(frozen=True)
@@ -106,13 +102,8 @@ def judge_slot(
     pod of the Instance tolerates it, since any pod may land on any host of its Slice.
     """
 
-    def hold(text: str, look_again: timedelta | None = None) -> Hold:
-        return Hold(
-            messages.CAPACITY,
-            text,
-            routine=messages.on_its_way,
-            look_again=look_again.total_seconds() if look_again is not None else None,
-        )
+    def hold(text: str, look_again: float | None = None) -> Hold:
+        return Hold(messages.CAPACITY, text, routine=messages.on_its_way, look_again=look_again)
 
     settings = config.slice
     if releasing and found.owned_by(replica.uid):
@@ -129,8 +120,9 @@ def judge_slot(
         if wait is None:
             return SlotVerdict(hold(text))
         if wait <= settings.ready_timeout:
-            # Timed out then, with no event to say so: the replica looks again just after.
-            return SlotVerdict(hold(text, settings.ready_timeout - wait + _PAST))
+            # It times out with no event to say so: the replica looks again as often as at
+            # any other held Instance, as before routine holds waited on events.
+            return SlotVerdict(hold(text, HELD_LOOK_AGAIN))
         gist = f"{found.uid}: {text}"
         text = messages.ready_timeout(text, wait, settings.ready_timeout)
         recycle = Recycle(index, found, messages.SLICE_READY_TIMEOUT, text, gist)
