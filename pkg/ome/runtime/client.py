@@ -149,7 +149,15 @@ class Client:
         self.rest = rest
         self.policy = policy or RetryPolicy()
         self.may_write = may_write
-        self._made: tuple[RetryPolicy, Retrying] | None = None
+        # Made once: tenacity keeps each call's state in a thread-local, so workers share
+        # it; the call's verb, resource and name travel as its arguments, for the log line.
+        self._retrier = Retrying(
+            retry=retry_if_exception(retryable),
+            stop=stop_after_attempt(self.policy.attempts) | stop_after_delay(self.policy.deadline),
+            wait=self.policy.wait,
+            before_sleep=self._before_sleep,
+            reraise=True,
+        )
 
     def _fenced(self, fn: Callable[[], T]) -> Callable[[], T]:
         """``fn``, refused with ``NotLeadingError`` when this process may not write."""
@@ -171,7 +179,7 @@ class Client:
     def _call(
         self, verb: str, res: Resource, namespace: str | None, name: str | None, fn: Callable[[], T]
     ) -> T:
-        retrier = self._retrier()
+        retrier = self._retrier
         if not tracing_on():
             # No span to record: the API's no-op spans still cost a context manager and an
             # attributes dict per request, a few percent of the manager's CPU in a burst.
@@ -196,26 +204,6 @@ class Client:
                 raise
             span.set_attribute("http.status_code", 200)
             return result
-
-    def _retrier(self) -> Retrying:
-        """The policy's ``Retrying``, made once per policy: tenacity keeps each call's state
-        in a thread-local, so workers share it; the call's verb, resource and name travel
-        as its arguments, for the retry's log line."""
-        made = self._made
-        if made is None or made[0] is not self.policy:
-            policy = self.policy
-            made = (
-                policy,
-                Retrying(
-                    retry=retry_if_exception(retryable),
-                    stop=stop_after_attempt(policy.attempts) | stop_after_delay(policy.deadline),
-                    wait=policy.wait,
-                    before_sleep=self._before_sleep,
-                    reraise=True,
-                ),
-            )
-            self._made = made
-        return made[1]
 
     def _before_sleep(self, state: RetryCallState) -> None:
         _fn, verb, res, name = state.args
