@@ -1,5 +1,5 @@
 """Which events go first on the workqueues: what unblocks work already waiting (a Slice
-turning ready or lost, a host changing, a holder or a pod going) goes ahead of new work (a
+turning ready or lost, a host of a ready Slice or a host lost, a holder or a pod going) goes ahead of new work (a
 new replica, a Slice just created) and of the first list after a start."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from typing import Any
 
 from ome.controllers.slices.reconciler import holder_event_priority
 from ome.kube import JSON
-from ome.runtime.controller import Controller, always_high, gone_high
+from ome.runtime.controller import Controller, gone_high
 from ome.runtime.informer import EventHandler
 from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, RateLimitingQueue
+from test.unit.slicekit import CONFIG
 from test.unit.test_slices_routing import routing_only
 
 
@@ -57,11 +58,55 @@ def test_a_slice_lost_failing_or_going_goes_first() -> None:
     assert rank(ACTIVE, None) == PRIORITY_HIGH  # deleted: a release or a teardown is done
 
 
-def test_partitions_assigned_go_first_but_a_first_state_does_not() -> None:
+def test_a_slice_on_its_way_is_new_work_and_waits_behind_what_unblocks() -> None:
+    """Partitions assigned, and a state on the usual way to ready, unblock no pod: they wait
+    behind the Slices that turn ready (at 2,000 services they queued among them, and a
+    ready Slice's pods waited behind hundreds of Slices still activating)."""
     rank = routing_only().slice_event_priority
     assigned = raw_slice(partitions=("p1", "p2"), rv="5")
-    assert rank(WAITING, assigned) == PRIORITY_HIGH
+    assert rank(WAITING, assigned) == PRIORITY_NORMAL
     assert rank(assigned, ACTIVATING) == PRIORITY_NORMAL
+    not_created = raw_slice("SliceNotCreated", "False", rv="6")
+    assert rank(not_created, raw_slice("ACTIVATING", "False", rv="7")) == PRIORITY_NORMAL
+    assert rank(ACTIVATING, raw_slice("FAILED", "False", ("p1", "p2"), rv="8")) == PRIORITY_HIGH
+
+
+class _Slices:
+    """The Slice cache ``host_event_priority`` reads: ``peek`` by name."""
+
+    def __init__(self, *objs: JSON) -> None:
+        self.objs = {o["metadata"]["name"]: o for o in objs}
+
+    def peek(self, name: str) -> JSON | None:
+        return self.objs.get(name)
+
+
+def node(
+    slice_name: str = "", unschedulable: bool = False, ready: str = "True", rv: str = "1"
+) -> JSON:
+    labels = {CONFIG.slice_label: slice_name} if slice_name else {}
+    return {
+        "metadata": {"name": "host-0", "resourceVersion": rv, "labels": labels},
+        "spec": {"unschedulable": unschedulable},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def test_a_host_goes_first_when_it_unblocks_or_ends_work_not_when_its_slice_is_on_its_way() -> None:
+    reconcilers = routing_only()
+    rank = reconcilers.host_event_priority
+    reconcilers.slices = _Slices(ACTIVATING)  # type: ignore[assignment]
+    assert rank(node(), node("s", rv="2")) == PRIORITY_NORMAL  # joins a Slice on its way
+    assert rank(None, node("s")) == PRIORITY_NORMAL
+    reconcilers.slices = _Slices(ACTIVE)  # type: ignore[assignment]
+    assert rank(node(), node("s", rv="2")) == PRIORITY_HIGH  # the last host of a ready Slice
+    assert rank(None, node("s")) == PRIORITY_HIGH
+    reconcilers.slices = _Slices()  # type: ignore[assignment]
+    assert rank(node("s"), node(rv="2")) == PRIORITY_HIGH  # leaves its Slice: a loss
+    assert rank(node("s"), node("s", unschedulable=True, rv="2")) == PRIORITY_HIGH
+    assert rank(node("s"), node("s", ready="Unknown", rv="2")) == PRIORITY_HIGH
+    assert rank(node("s"), None) == PRIORITY_HIGH
+    assert rank(node(), node(rv="2")) == PRIORITY_NORMAL
 
 
 def test_holders_and_pods_going_go_first() -> None:
@@ -71,7 +116,6 @@ def test_holders_and_pods_going_go_first() -> None:
     assert holder_event_priority(pod, None) == PRIORITY_HIGH
     assert gone_high(None, pod) == gone_high(pod, pod) == PRIORITY_NORMAL
     assert gone_high(pod, None) == PRIORITY_HIGH
-    assert always_high(None, pod) == PRIORITY_HIGH
 
 
 class _Informer:

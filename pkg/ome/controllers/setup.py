@@ -21,7 +21,6 @@ from ome.api.v1beta1 import (
 )
 from ome.provider import gke
 from ome.runtime.client import Client, api_error, describe_error
-from ome.runtime.controller import always_high
 from ome.runtime.expectations import Expectations
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
@@ -150,8 +149,9 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     if slices is not None:
         # The gate reads Slices and their hosts: a Slice routes to its owner (by the
         # ome.io/slice-owner annotation, and by its name), a node to the Slice's owner.
-        # A Slice turning ready, a host changing and what goes go first (workqueue priority):
-        # they unblock replicas already waiting, ahead of new replicas' first passes.
+        # A Slice turning ready, a host of a ready Slice, a host lost and what goes go first
+        # (workqueue priority): they unblock replicas already waiting, ahead of new replicas'
+        # first passes and of the Slices still on their way.
         replica_controller.watch(
             slices.slices, keys=slices.slice_owner_keys, priority=slices.slice_event_priority
         )
@@ -159,7 +159,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
             slices.nodes,
             keys=slices.node_owner_keys,
             changed=slices.host_changed,
-            priority=always_high,
+            priority=slices.host_event_priority,
         )
         # A deleting replica's teardown waits on what the slice controller watches (the
         # holders of its Slices' hosts going): that controller wakes it, first.

@@ -50,11 +50,6 @@ Changed = Callable[[JSON, JSON], bool]
 Prioritize = Callable[[JSON | None, JSON | None], int]
 
 
-def always_high(_old: JSON | None, _new: JSON | None) -> int:
-    """Every event of this source unblocks work already queued: it goes first."""
-    return PRIORITY_HIGH
-
-
 def gone_high(_old: JSON | None, new: JSON | None) -> int:
     """An object's going unblocks work (what waited for it to leave): first; its coming and
     its changes are new work."""

@@ -23,7 +23,7 @@ from ome.controllers.inferencereplica.controller import Gated, Waiting, replica_
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import Client
-from ome.runtime.controller import Controller, Result, always_high, gone_high
+from ome.runtime.controller import Controller, Result, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations
 from ome.runtime.informer import Informer, index_by_label, object_key
@@ -320,7 +320,10 @@ class SliceReconcilers:
         c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)
         c.watch(self.slices, keys=self.slice_owner_keys, priority=self.slice_event_priority)
         c.watch(
-            self.nodes, keys=self.node_owner_keys, changed=self.host_changed, priority=always_high
+            self.nodes,
+            keys=self.node_owner_keys,
+            changed=self.host_changed,
+            priority=self.host_event_priority,
         )
         c.watch(
             self.holders,
@@ -331,10 +334,11 @@ class SliceReconcilers:
         return c
 
     def slice_event_priority(self, old: JSON | None, new: JSON | None) -> int:
-        """High for a Slice event that unblocks queued work: the Slice gone, turning ready or
-        no longer ready, starting to terminate, its partitions changing (assigned or lost), or
-        any change of state after its first (a failure, a loss, a recovery). Its creation and
-        its first state (activating) are new work: normal."""
+        """High for a Slice event that unblocks or ends queued work: the Slice gone, turning
+        ready or no longer ready, starting to terminate, losing partitions, or moving to a
+        state off the usual way to ready (a failure, a loss, a recovery). Its creation, its
+        partitions assigned and its states on the way (``messages.STATES_ON_THE_WAY``) let no
+        pod go: new work, normal, behind the Slices that turn ready."""
         if new is None:
             return PRIORITY_HIGH
         if old is None:
@@ -344,9 +348,32 @@ class SliceReconcilers:
         if (
             was.ready(ready) != now.ready(ready)
             or was.terminating != now.terminating
-            or was.partitions != now.partitions
-            or (was.state and was.state != now.state)
+            or not set(was.partitions) <= set(now.partitions)
+            or (
+                was.state and was.state != now.state and now.state not in messages.STATES_ON_THE_WAY
+            )
         ):
+            return PRIORITY_HIGH
+        return PRIORITY_NORMAL
+
+    def host_event_priority(self, old: JSON | None, new: JSON | None) -> int:
+        """High for a host event that can unblock or end work: the host gone, leaving its
+        Slice (its label removed or changed), its usability changing (cordoned, Ready), or
+        any change of a host of a ready Slice (a host joining it may let held pods go). A host
+        joining a Slice still on its way is new work: normal."""
+        label = self.config.slice_label
+        if new is None:
+            return PRIORITY_HIGH
+        now = Host.from_node(new, label)
+        if old is not None:
+            was = Host.from_node(old, label)
+            if (was.slice_name and was.slice_name != now.slice_name) or (
+                was.unschedulable,
+                was.ready,
+            ) != (now.unschedulable, now.ready):
+                return PRIORITY_HIGH
+        found = self.slices.peek(now.slice_name) if now.slice_name else None
+        if found is not None and self.slice_view(found).ready(self.config.slice.ready_states):
             return PRIORITY_HIGH
         return PRIORITY_NORMAL
 
