@@ -5,6 +5,9 @@ of other workloads' pods wake anyone at all (the watches' update predicates)."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 from ome.controllers.slices.model import Replica
 from ome.controllers.slices.reconciler import (
     SliceReconcilers,
@@ -16,7 +19,8 @@ from ome.controllers.slices.reconciler import (
 from ome.provider import gke
 from ome.runtime.views import ByVersion
 from ome.tpuslice.naming import Slot, owner_hash, slice_name
-from test.unit.slicekit import CONFIG, JSON, NAME, NAMESPACE, SLICE, UID
+from test.unit.slicekit import CONFIG, DELETED_AT, JSON, NAME, NAMESPACE, SLICE, UID, create_op, row
+from test.unit.slicekit import replica as a_replica
 
 
 def replica(name: str = NAME, uid: str = UID, namespace: str = NAMESPACE) -> JSON:
@@ -135,3 +139,69 @@ def test_a_pod_that_requests_no_chips_is_kept_as_its_name_and_is_never_news() ->
     bad = {"limits": {CONFIG.chip_resource: "four"}}
     unreadable = {**bound, "spec": {"nodeName": "node-a", "containers": [{"resources": bad}]}}
     assert view(unreadable)["spec"]["nodeName"] == "node-a"
+
+
+def test_a_replicas_row_reworded_or_ready_wakes_no_release_but_what_g3_reads_does() -> None:
+    """The tpuslice controller's replica update predicate: release and loss read the spec
+    and metadata, and of the rows only what G3 wants Slices from (index, Deleting, the
+    operation, the active ordinal); the InferenceReplica pass rewording a row (held, pods
+    created, Ready) is no news to them."""
+    news = routing_only().release_news
+    base = a_replica(rows=[row(0, phase="Pending")]).raw
+    rows = base["status"]["instanceStatuses"]
+
+    def with_(status_rows: list[JSON] | None = None, rv: str = "8", **meta: Any) -> JSON:
+        changed = copy.deepcopy(base)
+        changed["metadata"] = {**changed["metadata"], "resourceVersion": rv, **meta}
+        if status_rows is not None:
+            changed["status"]["instanceStatuses"] = status_rows
+        return changed
+
+    reworded = [{**rows[0], "reason": "CapacityProvisioning", "message": "on its way"}]
+    assert not news(base, with_(reworded))
+    assert not news(base, with_([{**rows[0], "phase": "Ready", "ready": True}], rv="9"))
+    assert news(base, with_([{**rows[0], "phase": "Deleting"}], rv="10"))
+    assert news(base, with_([{**rows[0], "activeOrdinal": 1}], rv="11"))
+    assert news(base, with_([{**rows[0], "operation": create_op(surge=3)}], rv="12"))
+    assert news(base, with_([*rows, row(1)], rv="13"))
+    assert news(base, with_(rv="14", deletionTimestamp=DELETED_AT))
+    assert news(base, with_(rv="16", annotations={"a": "b"}))
+    respec = with_(rv="15")
+    respec["spec"] = {**respec["spec"], "replicas": 2}
+    assert news(base, respec)
+
+
+def test_a_pods_readiness_wakes_no_release_but_where_it_runs_and_its_going_do() -> None:
+    """The tpuslice controller's pod update predicate: release and loss read a pod's node,
+    Slice selector, deletion, phase (terminal) and chips, not its conditions."""
+    news = routing_only().pod_news
+    pod: JSON = {
+        "metadata": {"name": "p", "namespace": NAMESPACE, "uid": "u", "resourceVersion": "1"},
+        "spec": {
+            "nodeSelector": {SLICE: "s"},
+            "containers": [{"name": "c", "resources": CHIPS}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+    def later(rv: str, **parts: Any) -> JSON:
+        out = copy.deepcopy(pod)
+        for section, values in parts.items():
+            out[section] = {**out.get(section, {}), **values}
+        out["metadata"]["resourceVersion"] = rv
+        return out
+
+    bound = later("2", spec={"nodeName": "node-a"})
+    assert news(pod, bound)
+    running = later("3", spec={"nodeName": "node-a"}, status={"phase": "Running"})
+    assert not news(bound, running)
+    ready = later(
+        "4",
+        spec={"nodeName": "node-a"},
+        status={"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    )
+    assert not news(running, ready)
+    assert news(ready, later("5", spec={"nodeName": "node-a"}, status={"phase": "Failed"}))
+    going = copy.deepcopy(ready)
+    going["metadata"]["deletionTimestamp"] = DELETED_AT
+    assert news(ready, going)

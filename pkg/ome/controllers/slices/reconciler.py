@@ -316,8 +316,8 @@ class SliceReconcilers:
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("tpuslice", self.reconcile, workers=workers)
-        c.watch(self.replicas)
-        c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)
+        c.watch(self.replicas, changed=self.release_news)
+        c.watch(self.pods, keys=replica_key_of_pod, changed=self.pod_news, priority=gone_high)
         c.watch(self.slices, keys=self.slice_owner_keys, priority=self.slice_event_priority)
         c.watch(
             self.nodes,
@@ -377,6 +377,25 @@ class SliceReconcilers:
             return PRIORITY_HIGH
         return PRIORITY_NORMAL
 
+    def release_news(self, old: JSON, new: JSON) -> bool:
+        """Whether a replica's update is news to release and loss: anything but its status
+        and resourceVersion (its spec, labels, annotations, deletion), or what G3 wants Slices
+        from in its rows (index, Deleting, operation, active ordinal). The InferenceReplica
+        pass rewording a row (held, pods created, Ready) is not: they never read it."""
+        was, now = self.replica_view(old), self.replica_view(new)
+        return (
+            _without_version(old) != _without_version(new)
+            or old.get("spec") != new.get("spec")
+            or list(map(_g3_reads, was.rows)) != list(map(_g3_reads, now.rows))
+        )
+
+    def pod_news(self, old: JSON, new: JSON) -> bool:
+        """Whether an OME pod's update is news to release and loss: what they read of it
+        (``Pod``: its node, Slice selector, deletion, phase once terminal, chips, labels),
+        not its conditions (readiness), which the InferenceReplica pass reads."""
+        label, chips = self.config.slice_label, self.config.chip_resource
+        return Pod.from_json(old, label, chips) != Pod.from_json(new, label, chips)
+
     def host_changed(self, old: JSON, new: JSON) -> bool:
         """Whether a node's update is news to the slice reconcilers: its labels (the slice
         label, the pool's), or what makes it usable (F: cordoned, Ready), not a heartbeat."""
@@ -417,6 +436,21 @@ class SliceReconcilers:
             pass  # unreadable chips count as holding
         host = self.nodes.peek(node)
         return self.node_owner_keys(host) if host is not None else []
+
+
+def _g3_reads(row: JSON) -> tuple[object, ...]:
+    """What G3 (``wanted_slots``) reads of an Instance's row."""
+    return (
+        row.get("index"),
+        row.get("phase") == "Deleting",
+        row.get("operation"),
+        row.get("activeOrdinal"),
+    )
+
+
+def _without_version(obj: JSON) -> JSON:
+    """An object's metadata but its resourceVersion (which every write changes)."""
+    return {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
 
 
 def _labels(obj: JSON) -> JSON:
