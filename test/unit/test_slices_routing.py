@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ome.api.v1beta1 import LABEL_MANAGED_BY, MANAGED_BY_OMENATIVE
 from ome.controllers.slices.model import Replica
 from ome.controllers.slices.reconciler import (
     SliceReconcilers,
@@ -15,6 +16,7 @@ from ome.controllers.slices.reconciler import (
     holder_changed,
     holder_view,
     owners_by_name,
+    pod_view,
 )
 from ome.provider import gke
 from ome.runtime.views import ByVersion
@@ -205,3 +207,24 @@ def test_a_pods_readiness_wakes_no_release_but_where_it_runs_and_its_going_do() 
     going = copy.deepcopy(ready)
     going["metadata"]["deletionTimestamp"] = DELETED_AT
     assert news(ready, going)
+
+
+def test_one_pod_informer_keeps_omes_pods_whole_and_cuts_the_others_to_what_g2_reads() -> None:
+    """``pod_view``: the manager watches pods once. OME's pods are cached whole (the
+    InferenceReplica pass reads their status); another workload's pod is what
+    ``holder_view`` keeps of it."""
+    view = pod_view(CONFIG)
+    ours: JSON = {
+        "metadata": {
+            "name": "e-0",
+            "namespace": NAMESPACE,
+            "uid": "u",
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY_OMENATIVE, "x": "y"},
+        },
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "resources": CHIPS}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert view(ours) is ours
+    theirs = {**ours, "metadata": {**ours["metadata"], "labels": {"app": "batch"}}}
+    assert view(theirs) == holder_view(CONFIG)(theirs)
+    assert "labels" not in view(theirs)["metadata"]

@@ -36,7 +36,7 @@ from .inferencereplica.controller import (
 from .inferenceservice.controller import InferenceServiceReconciler
 from .slices import admission, messages
 from .slices.metrics import SliceGauge, SliceMetrics
-from .slices.reconciler import SliceReconcilers, holder_view, host_view
+from .slices.reconciler import SliceReconcilers, host_view, pod_view
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +92,28 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     ``StartupError`` for a start-up read that keeps failing."""
     inf = manager.informers
     hooks = hooks or Hooks()
-    pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
     replicas = inf.informer(INFERENCE_REPLICAS)
     recorder = manager.event_recorder("inferencereplica-controller", NEVER_FILTERED)
     pod_expectations = Expectations()
     config, why_off = load_config(manager.client, manager.options.namespace)
     slices: SliceReconcilers | None = None
+    provisioning = config is not None and _serves(manager.client)
+    if config is not None and provisioning:
+        # Every pod (the holders, G2), OME's whole and the others cut to what G2 reads: one
+        # watch, each pod event decoded once.
+        pods = inf.informer(PODS, transform=pod_view(config))
+    else:
+        pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
     if config is None:
         log.info(messages.provisioning_off(why_off))
-    elif _serves(manager.client):
+    elif provisioning:
         slices = SliceReconcilers(
             manager.client,
             config,
             inf.informer(gke.SLICES),
             inf.informer(NODES, transform=host_view),
             pods,
-            inf.informer(PODS, transform=holder_view(config)),
+            pods,
             replicas,
             recorder,
             SliceMetrics(config, manager.registry),

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from ome.api.v1beta1 import LABEL_MANAGED_BY, MANAGED_BY_OMENATIVE
 from ome.controllers.inferencereplica.controller import Gated, Waiting, replica_key_of_pod
 from ome.kube import JSON
 from ome.provider import gke
@@ -114,6 +115,20 @@ def holder_view(config: Config) -> Callable[[JSON], JSON]:
     return strip
 
 
+def pod_view(config: Config) -> Callable[[JSON], JSON]:
+    """The cache transform of the one informer over every pod, when slices are provisioned:
+    OME's pods whole (the InferenceReplica pass reads them), every other pod as
+    ``holder_view`` keeps it. One watch then serves OME's pods and the holders: each pod
+    event is decoded, cached and routed once, not once per informer."""
+    strip = holder_view(config)
+
+    def view(pod: JSON) -> JSON:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return pod if labels.get(LABEL_MANAGED_BY) == MANAGED_BY_OMENATIVE else strip(pod)
+
+    return view
+
+
 def host_view(node: JSON) -> JSON:
     """The cache transform of the node informer: only what the slice reconcilers read of a
     host (``Host.from_node``: its name, labels, ``spec.unschedulable`` and Ready condition;
@@ -140,7 +155,8 @@ def host_view(node: JSON) -> JSON:
 class SliceReconcilers:
     """The slice reconcilers of one manager, over its shared informers: ``slices`` (every
     Slice), ``nodes``, ``pods`` (OME's, indexed by replica), ``holders`` (every pod, through
-    ``holder_view``) and ``replicas``. ``pod_expectations`` are the InferenceReplica
+    ``holder_view``; the manager's one pod informer is both, through ``pod_view``) and
+    ``replicas``. ``pod_expectations`` are the InferenceReplica
     controller's, since loss detection deletes that controller's pods too.
 
     Observing and routing read the caches' own objects (``peek``, ``peek_by_index``) and
@@ -325,10 +341,12 @@ class SliceReconcilers:
             changed=self.host_changed,
             priority=self.host_event_priority,
         )
+        holder = holder_view(self.config)
         c.watch(
             self.holders,
             keys=self.holder_owner_keys,
-            changed=holder_changed,
+            # the holders may be OME's pods whole (``pod_view``): compared as G2 reads them
+            changed=lambda old, new: holder_changed(holder(old), holder(new)),
             priority=holder_event_priority,
         )
         return c
