@@ -14,8 +14,10 @@ Only formatting, levels and that context live here; what to log is each module's
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
+import random
 import sys
 import uuid
 from collections.abc import Iterator
@@ -39,12 +41,19 @@ class ReconcileContext:
     controller: str
     namespace: str | None
     name: str
-    reconcile_id: str
 
     @classmethod
     def of(cls, controller: str, key: str) -> ReconcileContext:
         namespace, _, name = key.rpartition("/")
-        return cls(controller, namespace or None, name, str(uuid.uuid4()))
+        return cls(controller, namespace or None, name)
+
+    @functools.cached_property
+    def reconcile_id(self) -> str:
+        """A random version-4 UUID, as controller-runtime's, made on the first log line that
+        needs it: most reconciles log nothing. From ``random``, not ``uuid4``: its
+        ``os.urandom`` let go of the GIL on every reconcile, and a log line's ID needs no
+        secrecy."""
+        return str(uuid.UUID(int=random.getrandbits(128), version=4))
 
     def fields(self) -> dict[str, str]:
         out = {"controller": self.controller}
