@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from ome.kube import JSON
 
-from .client import api_error, describe_error
+from .client import api_error, describe_error, tracing_on
 from .informer import DeletedFinalStateUnknown, EventHandler, Informer, deleted_object, object_key
 from .logs import reconcile_context
 from .workqueue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, RateLimitingQueue
@@ -154,9 +154,11 @@ class Controller:
         self.queue = queue if queue is not None else RateLimitingQueue(name=name)
         self.metrics = metrics or default_metrics()
         self._threads: list[threading.Thread] = []
-        for result in RESULTS:  # every series starts at zero, as controller-runtime's do
-            self.metrics.total.labels(name, result)
-        self.metrics.errors.labels(name)
+        # Every series starts at zero, as controller-runtime's do; each pass counts in its
+        # own (looked up once here, not twice per reconcile).
+        self._totals = {result: self.metrics.total.labels(name, result) for result in RESULTS}
+        self._errors = self.metrics.errors.labels(name)
+        self._time = self.metrics.time.labels(name)
 
     # -- sources -------------------------------------------------------------------------
 
@@ -238,35 +240,44 @@ class Controller:
 
     def _reconcile_one(self, key: str) -> None:
         start = time.monotonic()
+        # Its log lines name the object, as the span does. With tracing off there is no span
+        # to make: the API's no-op span still cost a context manager per reconcile.
+        with reconcile_context(self.name, key):
+            if not tracing_on():
+                outcome = self._run(key, None)
+            else:
+                with tracer.start_as_current_span(
+                    f"reconcile {self.name}", attributes={"controller": self.name, "key": key}
+                ) as span:
+                    outcome = self._run(key, span)
+                    span.set_attribute("result", outcome)
+        self._totals[outcome].inc()
+        self._time.observe(time.monotonic() - start)
+
+    def _run(self, key: str, span: trace.Span | None) -> str:
+        """Reconcile ``key`` and queue it again as its result asks; the outcome's name."""
         outcome = "success"
-        with (
-            reconcile_context(self.name, key),  # its log lines name the object, as the span does
-            tracer.start_as_current_span(
-                f"reconcile {self.name}", attributes={"controller": self.name, "key": key}
-            ) as span,
-        ):
-            try:
-                result = self.reconcile(key) or Result()
-            except Exception as e:
-                outcome = "error"
-                if api_error(e):
-                    log.error("%s: reconcile %s failed: %s", self.name, key, describe_error(e))
-                else:
-                    log.exception("%s: reconcile %s failed", self.name, key)
-                self.metrics.errors.labels(self.name).inc()
+        try:
+            result = self.reconcile(key) or Result()
+        except Exception as e:
+            outcome = "error"
+            if api_error(e):
+                log.error("%s: reconcile %s failed: %s", self.name, key, describe_error(e))
+            else:
+                log.exception("%s: reconcile %s failed", self.name, key)
+            self._errors.inc()
+            if span is not None:
                 span.record_exception(e)
                 span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+            self.queue.add_rate_limited(key)
+        else:
+            if result.requeue_after is not None and result.requeue_after > 0:
+                outcome = "requeue_after"
+                self.queue.forget(key)
+                self.queue.add_after(key, result.requeue_after)
+            elif result.requeue:
+                outcome = "requeue"
                 self.queue.add_rate_limited(key)
             else:
-                if result.requeue_after is not None and result.requeue_after > 0:
-                    outcome = "requeue_after"
-                    self.queue.forget(key)
-                    self.queue.add_after(key, result.requeue_after)
-                elif result.requeue:
-                    outcome = "requeue"
-                    self.queue.add_rate_limited(key)
-                else:
-                    self.queue.forget(key)
-            span.set_attribute("result", outcome)
-        self.metrics.total.labels(self.name, outcome).inc()
-        self.metrics.time.labels(self.name).observe(time.monotonic() - start)
+                self.queue.forget(key)
+        return outcome
