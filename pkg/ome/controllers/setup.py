@@ -97,16 +97,16 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
     pod_expectations = Expectations()
     config, why_off = load_config(manager.client, manager.options.namespace)
     slices: SliceReconcilers | None = None
-    provisioning = config is not None and _serves(manager.client)
-    if config is not None and provisioning:
+    if config is None or not _serves(manager.client):
+        pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
+        if config is None:
+            log.info(messages.provisioning_off(why_off))
+        else:
+            log.warning(messages.CRD_MISSING_LOG)
+    else:
         # Every pod (the holders, G2), OME's whole and the others cut to what G2 reads: one
         # watch, each pod event decoded once.
         pods = inf.informer(PODS, transform=pod_view(config))
-    else:
-        pods = inf.informer(PODS, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")
-    if config is None:
-        log.info(messages.provisioning_off(why_off))
-    elif provisioning:
         slices = SliceReconcilers(
             manager.client,
             config,
@@ -138,8 +138,6 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
                 {name: acc.topologies for name, acc in config.accelerators.items()}
             )
         )
-    else:
-        log.warning(messages.CRD_MISSING_LOG)
     if manager.webhooks_enabled:
         # J1: it checks demand only with a configuration and the Slice CRD; else it admits.
         manager.add_webhook(

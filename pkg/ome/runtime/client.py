@@ -150,12 +150,11 @@ class Client:
         self.rest = rest
         self.policy = policy or RetryPolicy()
         self.may_write = may_write
-        # Made once: tenacity keeps each call's state in a thread-local, so workers share
-        # it; the call's verb, resource and name travel as its arguments, for the log line.
-        # A failure's retries use a copy that stops at what is left of the deadline.
+        # Made once, without a stop: a failure's retries (``_retried``) use a copy that stops
+        # at the policy's attempts and what is left of its deadline. The call's verb,
+        # resource and name travel as its arguments, for the log line.
         self._retrier = Retrying(
             retry=retry_if_exception(retryable),
-            stop=stop_after_attempt(self.policy.attempts) | stop_after_delay(self.policy.deadline),
             wait=self.policy.wait,
             before_sleep=self._before_sleep,
             reraise=True,

@@ -142,9 +142,10 @@ class Rest:
             "https": _GuardedHTTPSConnectionPool,
         }
         pool.clear()
-        #: the configured host's connection pool, and its URL's path (``_urlopen``)
-        self._pool: tuple[HTTPConnectionPool | None, str] = (None, "")
-        self._pool_host = ""
+        #: ``(host, its connection pool, its URL's path)`` for ``_urlopen``. Workers share
+        #: it unlocked: it is replaced as one tuple, and a thread that reads an old one only
+        #: looks the pool up again (the pool manager locks its own table).
+        self._pool: tuple[str, HTTPConnectionPool | None, str] = ("", None, "")
         self._retries = pool.connection_pool_kw["retries"]
         self._default_timeout = _timeout(request_timeout)
 
@@ -216,12 +217,12 @@ class Rest:
             return manager.request(
                 method, url, body=body, headers=headers, timeout=timeout, preload_content=False
             )
-        pool, prefix = self._pool
-        if pool is None or pool.pool is None or self._pool_host != host:
+        pooled_host, pool, prefix = self._pool
+        if pool is None or pool.pool is None or pooled_host != host:
             # none yet, closed by the manager's clear(), or another host configured
             pool = manager.connection_from_url(host)
             prefix = parse_url(host).path or ""  # a host URL's own path
-            self._pool, self._pool_host = (pool, prefix), host
+            self._pool = (host, pool, prefix)
         return pool.urlopen(
             method,
             prefix + url[len(host) :],
