@@ -7,6 +7,7 @@ Errors are one line and an exit code, never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -28,6 +29,22 @@ from ome.runtime.tracing import TracingConfigError, configure_tracing
 from ome.tpuslice.config import ConfigError
 
 log = logging.getLogger("ome.manager")
+
+#: The cyclic garbage collector's first threshold: a young collection after this many more
+#: container objects allocated than freed. Python's 700 suits small programs; the manager
+#: decodes every watch event and response into thousands of short-lived dicts, nearly all
+#: freed by reference counting. At 700 a burst of 500 services ran about 260 young and 24
+#: middle collections and two full ones over every cached object (2.5% of the manager's CPU,
+#: measured with ``gc.callbacks``); at 20,000, 7 young ones (0.4%). Memory is the same: a
+#: young object that lives is kept either way, one that dies is freed when it dies.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """The collector's thresholds for a process of many short-lived JSON objects (see
+    ``GC_YOUNG_THRESHOLD``); the older generations keep Python's own."""
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     if validity.total_seconds() <= 0:
         parser.error("--webhook-cert-validity: must be positive")
     configure_logging(args.log_format, args.log_level)
+    tune_gc()
     try:
         configure_tracing("ome-manager")
     except TracingConfigError as e:  # a bad OTEL_* variable: one line, not a traceback
