@@ -176,3 +176,34 @@ def test_an_event_raises_a_key_already_queued_low() -> None:
     controller.enqueue("ns/b", PRIORITY_HIGH)
     assert drain(controller.queue) == ["ns/b", "ns/c", "ns/a"]
     assert PRIORITY_LOW < PRIORITY_NORMAL < PRIORITY_HIGH
+
+
+def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_priority() -> None:
+    """The slice controller and the InferenceReplica controller are woken by the same Slice
+    and host events: one handler works out each event's keys, predicate and priority, and
+    queues the keys for both."""
+    routed: list[str] = []
+
+    def keys(o: JSON) -> list[str]:
+        routed.append(o["metadata"]["name"])
+        return [f"ns/owner-of-{o['metadata']['name']}"]
+
+    gated = Controller("gated", lambda _key: None, queue=RateLimitingQueue())
+    main = Controller("main", lambda _key: None, queue=RateLimitingQueue())
+    informer = _Informer()
+    informer.synced = True
+    main.watch(  # type: ignore[arg-type]
+        informer,
+        keys=keys,
+        changed=lambda old, new: old != new,
+        priority=gone_high,
+        also=[gated],
+    )
+    handler = informer.handler
+    assert handler is not None and handler.on_add and handler.on_delete and handler.on_update
+    handler.on_add(obj("new"))
+    handler.on_update(obj("same"), obj("same"))  # no news: neither queue gets it
+    handler.on_delete(obj("gone"))
+    assert routed == ["new", "gone"], "each event routed once, not once per controller"
+    for controller in (main, gated):
+        assert drain(controller.queue) == ["ns/owner-of-gone", "ns/owner-of-new"]

@@ -155,20 +155,13 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
         # ome.io/slice-owner annotation, and by its name), a node to the Slice's owner.
         # A Slice turning ready, a host of a ready Slice, a host lost and what goes go first
         # (workqueue priority): they unblock replicas already waiting, ahead of new replicas'
-        # first passes and of the Slices still on their way.
-        replica_controller.watch(
-            slices.slices, keys=slices.slice_owner_keys, priority=slices.slice_event_priority
-        )
-        replica_controller.watch(
-            slices.nodes,
-            keys=slices.node_owner_keys,
-            changed=slices.host_changed,
-            priority=slices.host_event_priority,
-        )
+        # first passes and of the Slices still on their way. The slice controller is woken by
+        # the same events: each is routed once, for both queues.
+        slice_controller = slices.controller(gated=[replica_controller])
         # A deleting replica's teardown waits on what the slice controller watches (the
         # holders of its Slices' hosts going): that controller wakes it, first.
         slices.on_teardown(lambda key: replica_controller.enqueue(key, PRIORITY_HIGH))
-        manager.add_controller(slices.controller())
+        manager.add_controller(slice_controller)
     manager.add_controller(replica_controller)
     service_reconciler = InferenceServiceReconciler(
         manager.client,

@@ -171,6 +171,7 @@ class Controller:
         keys: KeysOf | None = None,
         changed: Changed | None = None,
         priority: Prioritize | None = None,
+        also: Iterable[Controller] = (),
     ) -> None:
         """Queue the keys ``keys`` maps each changed object to (its own key by default);
         an update queues both the old and the new object's keys, and only when ``changed``
@@ -180,27 +181,35 @@ class Controller:
         Keys go at ``priority``'s answer for the event (normal without one), except that the
         adds of the informer's first list go at low priority, as controller-runtime's
         priority queue has them: a restart's thousands of objects wait behind any event
-        that unblocks work."""
+        that unblocks work.
+
+        ``also``: other controllers that watch the informer alike (the same keys, predicate
+        and priority); each event's keys and priority are worked out once and queued for
+        every one of them, not once per controller."""
         mapper: KeysOf = keys or (lambda obj: [object_key(obj)])
         rank: Prioritize = priority or (lambda _old, _new: PRIORITY_NORMAL)
+        queues = [self.queue, *(c.queue for c in also)]
 
         def add(obj: JSON) -> None:
             level = rank(None, obj) if informer.has_synced() else PRIORITY_LOW
             for key in mapper(obj):
-                self.queue.add(key, level)
+                for queue in queues:
+                    queue.add(key, level)
 
         def update(old: JSON, new: JSON) -> None:
             if changed is not None and not changed(old, new):
                 return
             level = rank(old, new)
             for key in {*mapper(old), *mapper(new)}:
-                self.queue.add(key, level)
+                for queue in queues:
+                    queue.add(key, level)
 
         def delete(obj: JSON | DeletedFinalStateUnknown) -> None:
             gone = deleted_object(obj)
             level = rank(gone, None)
             for key in mapper(gone):
-                self.queue.add(key, level)
+                for queue in queues:
+                    queue.add(key, level)
 
         informer.add_handler(EventHandler(add, update, delete))
 

@@ -330,16 +330,25 @@ class SliceReconcilers:
         runs elsewhere (the InferenceReplica controller) and waits on such changes."""
         self._wake_teardown = wake
 
-    def controller(self, workers: int = 2) -> Controller:
+    def controller(self, workers: int = 2, gated: Iterable[Controller] = ()) -> Controller:
+        """Release and loss, keyed by replica. ``gated``: the controllers whose passes ask
+        this gate (the InferenceReplica controller), woken by the same Slice and host events
+        at the same priorities; each event is routed once for all of them."""
         c = Controller("tpuslice", self.reconcile, workers=workers)
         c.watch(self.replicas, changed=self.release_news)
         c.watch(self.pods, keys=replica_key_of_pod, changed=self.pod_news, priority=gone_high)
-        c.watch(self.slices, keys=self.slice_owner_keys, priority=self.slice_event_priority)
+        c.watch(
+            self.slices,
+            keys=self.slice_owner_keys,
+            priority=self.slice_event_priority,
+            also=gated,
+        )
         c.watch(
             self.nodes,
             keys=self.node_owner_keys,
             changed=self.host_changed,
             priority=self.host_event_priority,
+            also=gated,
         )
         holder = holder_view(self.config)
         c.watch(
