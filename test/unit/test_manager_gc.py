@@ -13,6 +13,5 @@ def test_the_manager_collects_young_objects_less_often_and_keeps_the_older_thres
         gc.set_threshold(700, 10, 10)
         tune_gc()
         assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
-        assert GC_YOUNG_THRESHOLD >= 10_000, "a young collection per thousand objects costs 2%"
     finally:
         gc.set_threshold(*before)
