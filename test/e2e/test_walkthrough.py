@@ -232,7 +232,9 @@ def test_slice_ownership_conflict_with_a_foreign_slice_at_the_name(walk: Shell) 
         "kubectl get slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-} --show-labels"
     )
     assert "team=other" in shown[1]
-    walk("kubectl delete slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-}")
+    # OME creates its own Slice at the name at once: kubectl's wait for the deletion could
+    # take it for the foreign one and wait for it to go (the README says so).
+    walk("kubectl delete slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-} --wait=false")
     walk(WAIT)
 
     def two_ready() -> bool:
