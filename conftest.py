@@ -54,6 +54,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_scheduling_restored() -> Iterator[None]:
+    """A test that runs ``ome-manager``'s main in this process moves this thread to the
+    ``SCHED_BATCH`` policy (``--cpu-scheduling``), and every thread and process started
+    after it would inherit it: put the policy back, so no test runs under another's."""
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    yield
+    if os.sched_getscheduler(0) != policy:
+        os.sched_setscheduler(0, policy, param)
+
+
 @pytest.fixture
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     home = tmp_path / "home"

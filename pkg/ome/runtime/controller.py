@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from ome.kube import JSON
 
-from .client import api_error, describe_error, tracing_on
+from .client import NotLeadingError, api_error, describe_error, tracing_on
 from .informer import DeletedFinalStateUnknown, EventHandler, Informer, deleted_object, object_key
 from .logs import reconcile_context
 from .workqueue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, RateLimitingQueue
@@ -270,7 +270,12 @@ class Controller:
             result = self.reconcile(key) or Result()
         except Exception as e:
             outcome = "error"
-            if api_error(e):
+            if isinstance(e, NotLeadingError):
+                # The fence doing its job: the lease is lost and the queue is about to be
+                # dropped. The leader elector says so once; a line per key taken meanwhile
+                # (a hundred, with a hundred queued) would bury it.
+                log.debug("%s: reconcile %s stopped: %s", self.name, key, e)
+            elif api_error(e):
                 log.error("%s: reconcile %s failed: %s", self.name, key, describe_error(e))
             else:
                 log.exception("%s: reconcile %s failed", self.name, key)
