@@ -421,6 +421,43 @@ def test_the_last_write_wins(writes: LatestWrites[dict[str, str]]) -> None:
     assert writes.get(KEY, "8") == {"v": "9"}
 
 
+def test_a_cache_behind_by_several_of_our_writes_is_shown_the_last(
+    writes: LatestWrites[dict[str, str]],
+) -> None:
+    """Three writes, 7 -> 8 -> 9 -> 10, while the cache still shows 8: the pass plans from
+    what the last write stored, not from 8 (which the first write stored and the second
+    replaced). The soak caught a single-pod update planned from 8: it took the old pod it had
+    just deleted for a lost one and deleted the new pod on a healthy Slice."""
+    writes.wrote(KEY, "7", {"v": "8"})
+    writes.wrote(KEY, "8", {"v": "9"})
+    writes.wrote(KEY, "9", {"v": "10"})
+    for cached in ("8", "7", "9"):
+        assert writes.get(KEY, cached) == {"v": "10"}, cached
+    assert writes.get(KEY, "10") is None  # caught up: the cache's own from now on
+    assert writes.get(KEY, "9") is None
+
+
+def test_a_write_after_the_cache_moved_on_starts_a_new_chain(
+    writes: LatestWrites[dict[str, str]],
+) -> None:
+    writes.wrote(KEY, "7", {"v": "8"})
+    assert writes.get(KEY, "12") is None  # someone else's newer version
+    writes.wrote(KEY, "12", {"v": "13"})
+    assert writes.get(KEY, "7") is None  # not ours to answer any more: 7 is not what 13 replaced
+    writes.wrote(KEY, "12", {"v": "13"})
+    assert writes.get(KEY, "12") == {"v": "13"}
+
+
+def test_an_expired_write_does_not_lend_its_versions_to_the_next(
+    writes: LatestWrites[dict[str, str]], clock: Clock
+) -> None:
+    writes.wrote(KEY, "7", {"v": "8"})
+    clock.advance(60.001)
+    writes.wrote(KEY, "20", {"v": "21"})
+    assert writes.get(KEY, "20") == {"v": "21"}
+    assert writes.get(KEY, "7") is None
+
+
 def test_a_write_expires_after_the_ttl(writes: LatestWrites[dict[str, str]], clock: Clock) -> None:
     writes.wrote(KEY, "7", STORED)
     clock.advance(60.0)

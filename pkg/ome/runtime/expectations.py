@@ -151,32 +151,44 @@ class Expectations:
 
 
 class LatestWrites(Generic[V]):
-    """The object our last write stored, per key, with the resourceVersion it replaced, until
-    the cache shows a newer one: so that a pass never plans from the version we replaced
+    """The object our last write stored, per key, until the cache shows a version we did not
+    replace: so that a pass never plans from a version older than our last write
     (read-your-own-writes). Entries expire after ``ttl`` seconds.
 
-    Invariants, under ``_lock``: ``_entries[key] = (replaced resourceVersion, stored value,
-    time)``; ``get`` answers only while the cache still shows the replaced version.
+    A cache can lag by more than one of our writes: three status writes in 10 ms while the
+    informer thread waits for the GIL. So an entry keeps every version our writes replaced
+    since the cache last showed one of its own, not only the last: each of them is older
+    than what we stored last (the server took each write on top of it), and a pass that
+    planned from the one before last would undo what the last write recorded.
+
+    Invariants, under ``_lock``: ``_entries[key] = (versions replaced, stored value, time)``;
+    ``get`` answers only while the cache shows one of the replaced versions; a write while
+    an entry stands adds to its versions and replaces its value and time.
     """
 
     def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[str, V, float]] = {}
+        self._entries: dict[str, tuple[frozenset[str], V, float]] = {}
 
     def wrote(self, key: str, replaced: str, stored: V) -> None:
         with self._lock:
-            self._entries[key] = (replaced, stored, self._clock())
+            entry = self._entries.get(key)
+            now = self._clock()
+            versions = frozenset((replaced,))
+            if entry is not None and now - entry[2] <= self.ttl:
+                versions |= entry[0]
+            self._entries[key] = (versions, stored, now)
 
     def get(self, key: str, cached_version: str) -> V | None:
-        """What we stored, if the cache still shows ``cached_version``, the one it replaced."""
+        """What we stored last, if the cache shows ``cached_version``, one our writes replaced."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return None
             replaced, stored, at = entry
-            if self._clock() - at > self.ttl or replaced != cached_version:
+            if self._clock() - at > self.ttl or cached_version not in replaced:
                 del self._entries[key]
                 return None
             return stored
