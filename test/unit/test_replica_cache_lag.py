@@ -13,11 +13,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from ome.api.v1beta1 import INFERENCE_REPLICAS
-from ome.controllers.inferencereplica.controller import (
-    TEARDOWN_FINALIZER,
-    InferenceReplicaReconciler,
-)
+from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN, INFERENCE_REPLICAS
+from ome.controllers.inferencereplica.controller import InferenceReplicaReconciler
 from ome.kube import Resource
 from ome.runtime.informer import IndexFunc
 from test.unit import slicekit
@@ -128,7 +125,7 @@ def replica(image: str) -> JSON:
             "namespace": NS,
             "uid": "replica-uid",
             "generation": 1,
-            "finalizers": [TEARDOWN_FINALIZER],
+            "finalizers": [FINALIZER_IR_TEARDOWN],
         },
         "spec": {
             "component": "engine",
@@ -152,6 +149,7 @@ def kubelet(api: Api) -> None:
 
 def row(api: Api) -> JSON:
     [only] = api.of(INFERENCE_REPLICAS.plural)[KEY]["status"]["instanceStatuses"]
+    assert isinstance(only, dict)
     return only
 
 
