@@ -28,6 +28,7 @@ from tenacity import (
 )
 from urllib3.exceptions import HTTPError, MaxRetryError
 
+from ome.backoff import capped_exponential
 from ome.kube import JSON, Resource
 
 from .rest import MERGE_PATCH, Rest, send_guard, status_of
@@ -96,7 +97,9 @@ def describe_error(error: BaseException) -> str:
 
 
 def retry_after(error: BaseException) -> float | None:
-    """The server's ``Retry-After`` in seconds, from the header or the Status details."""
+    """The server's ``Retry-After`` header in seconds, when ``error`` is an API error that
+    carries one with a number of seconds; None otherwise. Only the header is read: a 429's
+    Status ``details.retryAfterSeconds`` is what the API server puts in that header too."""
     if not isinstance(error, ApiException):
         return None
     headers = error.headers or {}
@@ -121,8 +124,9 @@ class RetryPolicy:
     cap: float = 5.0
 
     def wait(self, state: RetryCallState) -> float:
-        backoff: float = min(self.cap, self.initial * 2.0 ** (state.attempt_number - 1))
-        delay = backoff * (1 + random.random() * 0.5)
+        delay = capped_exponential(
+            state.attempt_number, self.initial, self.cap, jitter=0.5, draw=random.random()
+        )
         outcome = state.outcome
         error = outcome.exception() if outcome is not None else None
         hinted = retry_after(error) if error is not None else None

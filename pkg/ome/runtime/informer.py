@@ -38,6 +38,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from ome.backoff import capped_exponential
 from ome.kube import JSON, Resource, json_copy
 
 from .client import describe_error, retry_after
@@ -136,16 +137,18 @@ class Backoff:
         self.initial, self.cap, self.reset_after = initial, cap, reset_after
         self._rng = rng or random.Random()
         self._clock = clock
-        self._current = 0.0
+        self._failures = 0
         self._last_failure: float | None = None
 
     def next(self) -> float:
         now = self._clock()
         if self._last_failure is not None and now - self._last_failure > self.reset_after:
-            self._current = 0.0
+            self._failures = 0
         self._last_failure = now
-        self._current = self.initial if self._current == 0 else min(self.cap, self._current * 2)
-        return float(min(self.cap, self._current * (1 + self._rng.random())))
+        self._failures += 1
+        return capped_exponential(
+            self._failures, self.initial, self.cap, jitter=1.0, draw=self._rng.random()
+        )
 
 
 class Informer:

@@ -17,6 +17,8 @@ from typing import Protocol, TypeAlias
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
+from ome.backoff import capped_exponential
+
 __all__ = [
     "PRIORITY_HIGH",
     "PRIORITY_LOW",
@@ -78,11 +80,7 @@ class ItemExponentialFailureRateLimiter:
         with self._lock:
             exp = self._failures.get(item, 0)
             self._failures[item] = exp + 1
-        try:
-            backoff = math.ldexp(self._base, exp)
-        except OverflowError:
-            return self._cap
-        return min(backoff, self._cap)
+        return capped_exponential(exp + 1, self._base, self._cap)
 
     def forget(self, item: Item) -> None:
         with self._lock:

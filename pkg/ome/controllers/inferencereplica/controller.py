@@ -29,6 +29,7 @@ from ome.api.v1beta1 import (
 )
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
+from ome.backoff import capped_exponential
 from ome.durations import format_go_duration, parse_go_duration
 from ome.kube import JSON, json_copy, parse_time, rfc3339
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
@@ -131,7 +132,7 @@ class RebuildBackoff:
             excess = len(times) - self.allowed
             if excess <= 0:
                 return None
-            wait = min(self.CAP, self.INITIAL * 2.0 ** (excess - 1))
+            wait = capped_exponential(excess, self.INITIAL, self.CAP)
             left = (times[-1] + timedelta(seconds=wait) - now).total_seconds()
             if left <= 0:
                 return None

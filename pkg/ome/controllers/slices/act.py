@@ -22,6 +22,7 @@ from cachetools import TTLCache
 from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS, LABEL_INFERENCE_REPLICA
+from ome.backoff import capped_exponential
 from ome.controllers.inferencereplica.controller import FAILED_TEARDOWN_RETRY, Waiting
 from ome.controllers.inferencereplica.instances import Hold
 from ome.kube import JSON
@@ -85,7 +86,7 @@ class Ledger:
         with self._lock:
             count = self._retries.get(name, 0) + 1
             self._retries[name] = count
-        return min(MAX_RETRY_WAIT, 2.0 ** (count - 1))
+        return capped_exponential(count, 1.0, MAX_RETRY_WAIT)
 
     def released(self, name: str) -> None:
         with self._lock:
