@@ -226,10 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors, cited, known, read = check(root, args.paths or DEFAULT_PATHS)
     if errors:
         print("\n".join(errors))
-        print(
-            f"check-rule-ids: {len(errors)} rule citations do not resolve to a heading of {RULES}",
-            file=sys.stderr,
-        )
+        some = "1 rule ID does not" if len(errors) == 1 else f"{len(errors)} rule IDs do not"
+        print(f"check-rule-ids: {some} resolve to exactly one heading of {RULES}", file=sys.stderr)
         return 1
     print(
         f"check-rule-ids: {cited} citations in {read} files resolve to the {known} rules of {RULES}"

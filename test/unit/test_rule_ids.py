@@ -78,7 +78,9 @@ def test_a_scratch_docstring_citing_z9_fails_with_its_path_and_line(tmp_path: Pa
     done = run("--root", str(root))
     assert done.returncode == 1
     assert done.stdout.splitlines() == [f"pkg/ome/scratch.py:3: {Z9}"]
-    assert "1 rule citations do not resolve to a heading of docs/rules.md" in done.stderr
+    assert done.stderr == (
+        "check-rule-ids: 1 rule ID does not resolve to exactly one heading of docs/rules.md\n"
+    )
 
 
 @pytest.mark.parametrize(
