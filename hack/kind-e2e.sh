@@ -16,7 +16,7 @@
 #   3. install OME's CRDs (config/crd) and the fake Slice CRD (test/e2e/crds);
 #   4. run `ome-sim provider --kubeconfig` against it: fake TPU nodes, the Slice scheduler,
 #      and a kubelet stand-in for pods on those nodes (kind's own scheduler binds them);
-#   5. `helm upgrade --install` charts/ome-resources with the guide's Step 1 values
+#   5. `helm upgrade --install` charts/ome-resources with the walkthrough's Step 1 values
 #      (config/samples/values.yaml) and the image just built, and wait for the rollout;
 #      then the sample model and runtime (config/samples);
 #   6. run pytest test/e2e with OME_E2E_KUBECONFIG (and OME_E2E_METRICS_URL: `ome-sim

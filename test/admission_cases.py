@@ -1,4 +1,4 @@
-"""The InferenceReplica admission cases (behaviour.md J2), as plain data: the unit tests run
+"""The InferenceReplica admission cases (J2), as plain data: the unit tests run
 them on the pure decision, the integration tests through the API server and the webhook."""
 
 from __future__ import annotations

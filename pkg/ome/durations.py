@@ -1,6 +1,6 @@
 """Go-style durations (``10m``, ``1h30m``, ``1.5s``): parse as Go's ``time.ParseDuration``
 and print as ``Duration.String()``, because users compare what we print with Go tools and
-the guide. Pure: no I/O; every module that reads or prints a duration uses this one.
+the docs. Pure: no I/O; every module that reads or prints a duration uses this one.
 """
 
 from __future__ import annotations

@@ -638,7 +638,7 @@ class DepthSampler:
 
 
 def service(name: str, namespace: str) -> JSON:
-    """The guide's InferenceService (``config/samples/qwen3-tpu-isvc.yaml``: one 4-chip
+    """The walkthrough's InferenceService (``config/samples/qwen3-tpu-isvc.yaml``: one 4-chip
     tpu7x 2x2x1 Instance, opted in), under another name and namespace."""
     obj = json_copy(_guide_service())
     obj["metadata"] = {"name": name, "namespace": namespace}

@@ -406,7 +406,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _serve_manager_pod(args: argparse.Namespace, stage: Stage) -> int:
-    """``--manager pod``: OME installed with Helm as the guide's Step 1 does, the manager
+    """``--manager pod``: OME installed with Helm as the walkthrough's Step 1 does, the manager
     running as the Deployment's pod (the kubelet stand-in runs it), until Ctrl-C."""
     rest, path, interrupted = stage.rest, stage.kubeconfig, stage.interrupted
     root = args.config_dir.resolve().parent

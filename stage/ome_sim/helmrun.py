@@ -1,4 +1,4 @@
-"""OME installed as the guide's Step 1 does it: ``helm upgrade --install ome
+"""OME installed as the walkthrough's Step 1 does it: ``helm upgrade --install ome
 charts/ome-resources --namespace ome -f values.yaml``, then a wait for the rollout, on the
 real control plane (``ome-sim run --control-plane kube``, ``--manager pod``).
 
@@ -64,7 +64,7 @@ def helm_binary(root: Path) -> str:
 
 
 def guide_values(root: Path, ready_timeout: str | None) -> str:
-    """config/samples/values.yaml (the guide's Step 1 block), with another readyTimeout."""
+    """config/samples/values.yaml (the walkthrough's Step 1 block), with another readyTimeout."""
     path = root / "config" / "samples" / "values.yaml"
     try:
         values = yaml.safe_load(path.read_text())
@@ -78,7 +78,7 @@ def guide_values(root: Path, ready_timeout: str | None) -> str:
 def upgrade_install(
     helm: str, kubeconfig: Path, root: Path, values: str, progress: Callable[[str], None]
 ) -> None:
-    """The guide's command, with the chart's path for its OCI reference."""
+    """The walkthrough's command, with the chart's path for its OCI reference."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="values-") as f:
         f.write(values)
         f.flush()

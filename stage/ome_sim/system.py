@@ -2,7 +2,7 @@
 
 The embedded API server and the simulated GKE provider (``ome-sim up``), then what an
 operator installs on a real cluster: OME's CRDs, the ``inferenceservice-config`` ConfigMap
-with the guide's Step 1 values, the webhook's Service, Secret and configuration
+with the walkthrough's Step 1 values, the webhook's Service, Secret and configuration
 (config/webhook), the sample model and runtime (config/samples), and the manager, run as
 its own process against the kubeconfig exactly as in a cluster. Each step says what it is
 waiting for; Ctrl-C stops the manager, then the provider and the server.
@@ -133,7 +133,7 @@ def create(rest: Rest, obj: JSON) -> None:
 
 
 def config_with(ready_timeout: str | None) -> str:
-    """The guide's Step 1 ``tpuSliceProvisioning`` block, with another readyTimeout."""
+    """The walkthrough's Step 1 ``tpuSliceProvisioning`` block, with another readyTimeout."""
     config = json.loads(GUIDE_CONFIG_JSON)
     if ready_timeout is not None:
         config["slice"]["readyTimeout"] = ready_timeout
@@ -313,7 +313,7 @@ def start_manager(
         "--namespace",
         NAMESPACE,
         *binds,
-        # Plain HTTP, so the printed metrics URL answers curl as the guide shows it: the
+        # Plain HTTP, so the printed metrics URL answers curl as the walkthrough shows it: the
         # embedded API server has no TokenReview to check a scraper's token with.
         "--metrics-secure=false",
         "--log-format",

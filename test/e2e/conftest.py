@@ -108,7 +108,7 @@ def _ome_sim() -> list[str]:
 
 
 def guide_sample(name: str) -> str:
-    """config/samples/qwen3-tpu-isvc.yaml (the guide's InferenceService and its namespace)
+    """config/samples/qwen3-tpu-isvc.yaml (the walkthrough's InferenceService and its namespace)
     as YAML, with ``name`` for both the namespace and the service."""
     import yaml
 

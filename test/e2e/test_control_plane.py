@@ -77,9 +77,9 @@ def test_it_is_kube_apiserver_with_rbac_and_leaves_nothing_behind(tmp_path: Path
 def test_the_guides_helm_upgrade_and_config_default_on_a_fresh_control_plane(
     tmp_path: Path,
 ) -> None:
-    """The guide's Step 1 as written, on a cluster of its own: ``helm upgrade --install ome
-    charts/ome-resources --namespace ome -f values.yaml`` (the guide's block), then the
-    ConfigMap entry is the guide's JSON; and ``kubectl apply --dry-run=server -k
+    """The walkthrough's Step 1 as written, on a cluster of its own: ``helm upgrade --install ome
+    charts/ome-resources --namespace ome -f values.yaml`` (the walkthrough's block), then the
+    ConfigMap entry is the walkthrough's JSON; and ``kubectl apply --dry-run=server -k
     config/default`` is admitted as a whole. (The pod never runs: no kubelet here.)"""
     from ome.tpuslice.types import GUIDE_CONFIG_JSON
     from test.unit.test_chart import CHART, SAMPLE_VALUES, helm_binary

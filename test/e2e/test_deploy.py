@@ -9,7 +9,7 @@ process``), with the manager running outside the cluster as ServiceAccount
 leave it as it is, so:
 
 1. A server-side dry run (``kubectl apply --dry-run=server``, which persists nothing) of the
-   chart as the guide installs it (``helm template ome ... --namespace ome -f
+   chart as the walkthrough installs it (``helm template ome ... --namespace ome -f
    config/samples/values.yaml``, with its CRDs) and of ``kubectl kustomize config/default``:
    kube-apiserver validates and admits every object. The webhook configuration is the one
    exception to ``apply``: merged into the live one, which has a ``url``, the chart's
@@ -17,7 +17,7 @@ leave it as it is, so:
    is required"); so it is dry-run as the whole object it is (``kubectl replace``).
    Every live object of that OME keeps its resourceVersion.
 
-2. Helm refuses to install the guide's release over that OME: its objects carry no Helm
+2. Helm refuses to install the walkthrough's release over that OME: its objects carry no Helm
    ownership metadata (label ``app.kubernetes.io/managed-by: Helm``, annotations
    ``meta.helm.sh/release-name`` and ``-namespace``), and Helm stops at the first one with
    "invalid ownership metadata" before it creates anything (no release record either; checked
@@ -28,12 +28,12 @@ leave it as it is, so:
    goes elsewhere:
 
 3. A real ``helm upgrade --install`` of release ``ome-helm-e2e`` into its own namespace
-   ``ome-helm-e2e`` (made by the test), with the guide's values and ``--skip-crds`` (the CRDs
+   ``ome-helm-e2e`` (made by the test), with the walkthrough's values and ``--skip-crds`` (the CRDs
    exist; Helm would skip them anyway, and never deletes them). Names in the namespace are
    config/'s; the cluster-scoped ones start with the release's name
    (``ome-helm-e2e-manager-role``, ``-manager-rolebinding``, ``-inferencereplica-webhook``),
-   so nothing collides with the running OME's. The ConfigMap then holds the guide's JSON as
-   the guide prints it, the release's ServiceAccount has the Roles in its namespace only, an
+   so nothing collides with the running OME's. The ConfigMap then holds the walkthrough's JSON as
+   the walkthrough prints it, the release's ServiceAccount has the Roles in its namespace only, an
    upgrade that changes readyTimeout rolls the Deployment (checksum/config), and ``helm
    uninstall`` plus the namespace's deletion leave nothing behind. The Deployment's pod never
    runs (no kubelet on this control plane; nothing else schedules it), and while the release
@@ -61,7 +61,7 @@ from test.e2e.conftest import ROOT, Environment
 from test.helpers import eventually
 from test.unit.test_chart import CHART, SAMPLE_VALUES, helm_binary
 
-RUNNING = "ome"  # the environment's OME: its namespace, and the guide's release name
+RUNNING = "ome"  # the environment's OME: its namespace, and the walkthrough's release name
 RELEASE = "ome-helm-e2e"  # the test's own release, in a namespace of the same name
 NAMESPACE = RELEASE
 
@@ -123,7 +123,7 @@ def snapshot(env: Environment, docs: list[dict[str, object]]) -> dict[str, str]:
 
 
 def guide_chart(*args: str) -> str:
-    """The chart as the guide installs it (release ome, namespace ome, its values file)."""
+    """The chart as the walkthrough installs it (release ome, namespace ome, its values file)."""
     return subprocess.run(
         [
             helm_binary(),
@@ -144,7 +144,7 @@ def guide_chart(*args: str) -> str:
 
 
 def entry(env: Environment) -> str:
-    """The guide's check, in the release's namespace: the ConfigMap's tpuSliceProvisioning."""
+    """The walkthrough's check, in the release's namespace: the ConfigMap's tpuSliceProvisioning."""
     return env.kubectl(
         "get",
         "configmap",
@@ -335,7 +335,7 @@ def test_helm_refuses_to_take_over_the_running_ome(kube: Environment) -> None:
     if helm(kube, "status", RUNNING, "--namespace", RUNNING, check=False).returncode == 0:
         pytest.skip(
             "the running OME is the Helm release ome (ome-sim run --manager pod, the default "
-            "on the real control plane): test_step1.py upgrades it as the guide does"
+            "on the real control plane): test_step1.py upgrades it as the walkthrough does"
         )
     running = documents(kustomized(kube))
     before = snapshot(kube, running)
@@ -414,11 +414,11 @@ def test_a_real_install_in_its_own_namespace(own_namespace: Environment, tmp_pat
     status = json.loads(helm(env, "status", RELEASE, "-n", NAMESPACE, "-o", "json").stdout)
     assert status["info"]["status"] == "deployed"
 
-    # The guide's check, in the release's namespace: the JSON the guide prints.
+    # The walkthrough's check, in the release's namespace: the JSON it prints.
     printed = entry(env)
     assert printed == GUIDE_CONFIG_JSON
 
-    # The guide's `kubectl logs -l` selector finds the Deployment's pods.
+    # The docs' `kubectl logs -l` selector finds the Deployment's pods.
     deploys = env.kubectl(
         "get",
         "deployment",

@@ -1,7 +1,7 @@
-"""The guide's Step 1 and the troubleshooting cases about the manager itself, on the real
+"""The walkthrough's Step 1 and the troubleshooting cases about the manager itself, on the real
 control plane with the manager running as its Deployment's pod (``ome-sim run
---control-plane kube``, as ``make e2e-kube`` starts it). Each command is the guide's, with
-the chart's path for its OCI reference and ``values.yaml`` the guide's block
+--control-plane kube``, as ``make e2e-kube`` starts it). Each command is the walkthrough's, with
+the chart's path for its OCI reference and ``values.yaml`` the walkthrough's block
 (config/samples/values.yaml, copied into a working directory); ``helm`` is hack/helm.sh's.
 
 Skipped where the manager runs beside the cluster rather than in a pod (the embedded
@@ -125,7 +125,7 @@ def guide(environment: Environment, tmp_path_factory: pytest.TempPathFactory) ->
         )
     g = Guide(environment, tmp_path_factory.mktemp("step1"))
     yield g
-    # Leave OME as the guide's Step 1 left it, for the tests that follow.
+    # Leave OME as the walkthrough's Step 1 left it, for the tests that follow.
     g.values(lambda _block: None)
     g.run(UPGRADE)
     g.run(ROLLOUT)

@@ -1,6 +1,6 @@
 """The README's walkthrough, run as a user runs it: each command is taken as written in the
 README (the test fails if it is not there), run with bash and kubectl against the
-environment ``make run`` starts, and its output checked against what the guide shows.
+environment ``make run`` starts, and its output checked against what the README shows.
 
 The tests run in order and build on each other, as the walkthrough does.
 """
@@ -379,7 +379,7 @@ def test_slice_ready_timeout_for_a_slice_that_never_activates(slow: Shell) -> No
 UNEXERCISED = {
     ("secrets", "create"): "the webhook Secret is created only when missing (config/webhook "
     "installs it)",
-    ("inferencereplicas.ome.io", "delete"): "a component removed from a service; the guide "
+    ("inferencereplicas.ome.io", "delete"): "a component removed from a service; the walkthrough "
     "removes none (test/integration/test_omenative.py does)",
     **{
         (resource, "create"): "secure metrics: make run serves plain HTTP "

@@ -1,4 +1,4 @@
-"""Strategies for InferenceReplicas, their pods and nodes: near the guide's objects, with any
+"""Strategies for InferenceReplicas, their pods and nodes: near the walkthrough's objects, with any
 field a user can write replaced by random JSON, and objects of no shape at all.
 
 ``schema_valid`` keeps only what the CRD's structural schema admits (checked by the embedded
@@ -77,7 +77,7 @@ def _str_map(keys: st.SearchStrategy[str], values: st.SearchStrategy[str]) -> An
 
 @st.composite
 def pod_specs(draw: st.DrawFn) -> JSON:
-    """A runner's ``template.spec`` (free-form to the schema): the guide's shape, its values
+    """A runner's ``template.spec`` (free-form to the schema): the walkthrough's shape, its values
     anything."""
     selector = draw(
         st.one_of(

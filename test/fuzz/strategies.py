@@ -30,7 +30,7 @@ def _guide_config() -> Config:
     return config
 
 
-#: The guide's Step 1 configuration, parsed.
+#: The walkthrough's Step 1 configuration, parsed.
 GUIDE_CONFIG = _guide_config()
 
 #: The profile's own settings, for tests: ``@FUZZ`` or ``settings(FUZZ, max_examples=...)``.

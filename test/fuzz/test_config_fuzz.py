@@ -1,4 +1,4 @@
-"""Fuzzing the ``tpuSliceProvisioning`` configuration (behaviour.md A) through its three doors:
+"""Fuzzing the ``tpuSliceProvisioning`` configuration (A1 to A5) through its three doors:
 the pure parser (``config.parse``, ``validate``), ``ome-manager check-config`` run in-process,
 and the manager's load from the ConfigMap (``setup.load_config``).
 
@@ -99,7 +99,7 @@ def test_any_text_parses_or_gets_clear_errors(text: str, data: st.DataObject) ->
 
 @st.composite
 def one_change(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
-    """The guide's block with one field replaced, removed or given an unknown sibling; with
+    """The walkthrough's block with one field replaced, removed or given an unknown sibling; with
     what an error about it must name: the section changed, or the unknown top-level field as
     it is quoted."""
     path = draw(st.sampled_from(leaf_paths(GUIDE)))

@@ -1,5 +1,5 @@
 """Fuzzing the admission webhook over real HTTPS: the manager's ``WebhookServer`` serving the
-InferenceReplica handler (``ReplicaAdmission``) with the guide's configuration, fed bodies and
+InferenceReplica handler (``ReplicaAdmission``) with the walkthrough's configuration, fed bodies and
 requests of every kind: bytes that are no JSON, JSON that is no object, reviews without a
 request or uid, of another apiVersion or kind, nested deeper than a decoder goes, over the size
 limit, with headers that lie.
@@ -45,7 +45,7 @@ CONFIG = cfg.parse(GUIDE_CONFIG_JSON)
 
 
 class _Nodes:
-    """A cluster with one provision-only tpu7x node, as the guide's pool has."""
+    """A cluster with one provision-only tpu7x node, as the walkthrough's pool has."""
 
     def live_list(self, resource: Any, label_selector: str = "", limit: int = 0) -> list[JSON]:
         return [

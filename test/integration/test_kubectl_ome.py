@@ -1,5 +1,5 @@
 """``kubectl ome`` on the embedded cluster, with the simulated GKE provider and a manager:
-the guide's InferenceService and the multi-host sample brought into each state an operator
+the walkthrough's InferenceService and the multi-host sample brought into each state an operator
 asks about, then read with the plugin as a user runs it (the ``kubectl-ome`` console script,
 and through kubectl's plugin discovery).
 
@@ -43,7 +43,7 @@ from test.integration.test_slices import (
     timing_out,
 )
 
-#: test_slices.py's fixtures: the guide's pools (env), one provision-only host (tight), and a
+#: test_slices.py's fixtures: the walkthrough's pools (env), one provision-only host (tight), and a
 #: 2 s ready timeout (timing_out).
 __all__ = ["env", "tight", "timing_out"]
 

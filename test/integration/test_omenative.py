@@ -68,7 +68,7 @@ MODEL = {
 
 
 def isvc(name: str = "qwen3-tpu", **engine: Any) -> JSON:
-    """The guide's Step 2 InferenceService, without the opt-in annotation."""
+    """The walkthrough's Step 2 InferenceService, without the opt-in annotation."""
     component = {
         "minReplicas": 1,
         "maxReplicas": 1,

@@ -1,5 +1,5 @@
 """The InferenceReplica admission webhook served by the manager, called by the embedded API
-server over TLS through config/webhook's configuration (behaviour.md J): the guide's
+server over TLS through config/webhook's configuration (J1, J2): the walkthrough's
 troubleshooting story, the table of cases, malformed reviews, and certificates shared across
 restarts and replicas."""
 
@@ -55,7 +55,7 @@ def env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
     yield from webhook_env(cluster, kubectl)
 
 
-# -- the guide's troubleshooting section -----------------------------------------------------
+# -- the troubleshooting case of ComponentReconcileError -------------------------------------------
 
 
 def test_idle_chips_are_refused_at_the_replica_write_and_fixing_them_heals(env: Env) -> None:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.kubectl
 
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "crd"
 
-# The guide's Step 2 service, with the deadlines on its engine, as a user writes it.
+# The walkthrough's Step 2 service, with the deadlines on its engine, as a user writes it.
 SERVICE_YAML = """\
 apiVersion: ome.io/v1beta1
 kind: InferenceService

@@ -1,4 +1,4 @@
-"""TPU slice provisioning, one test per section of the guide, on the embedded cluster with
+"""TPU slice provisioning, one test per section of the walkthrough, on the embedded cluster with
 the simulated GKE provider: what a user sees (Slices, events, Instance rows, labels)."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def _invariant(cluster: Cluster, violations: list[str]) -> Any:
 
 
 def ready_timeout_config(timeout: str) -> str:
-    """The guide's Step 1 block with another ``slice.readyTimeout``."""
+    """The walkthrough's Step 1 block with another ``slice.readyTimeout``."""
     config = json.loads(GUIDE_CONFIG_JSON)
     config["slice"]["readyTimeout"] = timeout
     return json.dumps(config)
@@ -245,7 +245,7 @@ def install_webhook_configuration(rest: Rest, kubectl: Kubectl, manager: Manager
 
 
 def guide_env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    """The guide's pools: a provision-only tpu7x pool of 4 hosts and a static one of 2."""
+    """The walkthrough's pools: a provision-only tpu7x pool of 4 hosts and a static one of 2."""
     yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4", "tpu7x:static:2"])
 
 
@@ -429,7 +429,7 @@ def test_the_manager_only_ever_creates_and_deletes_slices(env: Env) -> None:
 
 
 def test_one_services_lifecycle_writes_what_a_user_reads_and_no_more(env: Env) -> None:
-    """The writes of a guide service from create to gone: the replica created with its
+    """The writes of a sample service from create to gone: the replica created with its
     teardown finalizer (no patch to add it) and one patch taking it off; the Instance's row
     written when the user would read something new (held, pods created, Ready), not for
     each state its Slice passes through; one Slice and one pod created and deleted."""
@@ -571,7 +571,7 @@ def let_go(env: Env, pod: str) -> None:
 
 
 def test_a_deleted_services_slice_outlives_its_own_terminating_pod(env: Env) -> None:
-    """The guide: OME releases a Slice only once no pod holds it, the service's own pods
+    """G5: OME releases a Slice only once no pod holds it, the service's own pods
     included: deleting the InferenceService deletes its pod, and its Slice goes only once
     the pod is gone (its engine may serve in-flight requests through its grace period); then
     within seconds, and the deletion finishes."""
@@ -775,7 +775,7 @@ def slow(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
 
 
 def activating_host(env: Env) -> tuple[JSON, JSON]:
-    """The guide service's Slice once it has its partition, while it activates, and its
+    """The sample service's Slice once it has its partition, while it activates, and its
     host: the simulator names a host's partition in its ``sim.ome.io/partition-id``
     annotation (the slice label comes once the Slice is ACTIVE)."""
     first = eventually(

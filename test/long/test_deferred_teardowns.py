@@ -66,7 +66,7 @@ def test_a_teardown_deferred_for_minutes_still_records_its_deadline_warning(env:
     """teardownTimeout 3m; another workload's pod holds chips on the Slice's host for most
     of it, then goes, while the Slice's deletes fail (500). At the deadline the replica's
     TeardownDeadlineExceeded Warning is written, with the API error and the selector the
-    guide tells the user to clean up with, and the deletion finishes; the selector finds
+    Warning tells the user to clean up with, and the deletion finishes; the selector finds
     the Slice left behind."""
     name, host = ready(env, opted(lifecycle={"teardownTimeout": "3m"}))
     uid = env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)["metadata"]["uid"]

@@ -1,4 +1,4 @@
-"""What the unit tests of the slice reconcilers build again and again, once: the guide's
+"""What the unit tests of the slice reconcilers build again and again, once: the walkthrough's
 replica ``qwen3-tpu/qwen3-tpu-engine``, its configuration and demands, its runners' pod
 templates, its stored Instance rows, the Slices, pods and hosts it meets, and the event
 recorder the manager gives its controller.
@@ -29,7 +29,7 @@ from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
 JSON = dict[str, Any]
 
-# -- the guide's replica -----------------------------------------------------------------------
+# -- the walkthrough's replica ---------------------------------------------------------------------
 
 #: The clock of every test that reads one.
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -38,7 +38,7 @@ NAMESPACE = "qwen3-tpu"
 UID = "6a1f2b3c-0000-4000-8000-000000000001"
 #: D2: sha256("qwen3-tpu/qwen3-tpu-engine/6a1f2b3c-0000-4000-8000-000000000001")[:8].
 HASH = "30d2d711"
-#: The owner hash the guide's examples print: not ``HASH``, the hash of no replica here.
+#: The owner hash the walkthrough's examples print: not ``HASH``, the hash of no replica here.
 GUIDE_HASH = "8f3a21c7"
 #: The deletion timestamp of a deleting replica (``replica(deleting=True)``).
 DELETED_AT = "2025-03-01T11:59:00Z"
@@ -67,17 +67,17 @@ BAD = (
     f"{E}: 1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which takes 2 pods"
 )
 
-# -- the guide's configuration and demands -----------------------------------------------------
+# -- the walkthrough's configuration and demands ---------------------------------------------------
 
 
 def _guide_config() -> Config:
-    """The guide's configuration, parsed (it always parses)."""
+    """The walkthrough's configuration, parsed (it always parses)."""
     config = parse(GUIDE_CONFIG_JSON)
     assert config is not None
     return config
 
 
-#: The guide's configuration: readyTimeout 10m, readyStates ACTIVE, ACTIVE_DEGRADED.
+#: The walkthrough's configuration: readyTimeout 10m, readyStates ACTIVE, ACTIVE_DEGRADED.
 CONFIG = _guide_config()
 TPU7X = CONFIG.accelerators["tpu7x"]
 READY_STATES = CONFIG.slice.ready_states

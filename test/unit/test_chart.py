@@ -1,10 +1,10 @@
 """The Helm chart charts/ome-resources renders what config/ (kustomize) says, templated.
 
-config/ is the source of truth: with the guide's release name and namespace (``ome``) and the
+config/ is the source of truth: with the walkthrough's release name and namespace (``ome``) and the
 chart's default values, every object of config/default but the Namespace is rendered as it
 is there, apart from the Helm labels and the pods' ``checksum/config`` annotation; the CRDs in
-the chart's crds/ are byte for byte config/crd's. The guide's Step 1 values file
-(config/samples/values.yaml) gives the ConfigMap the guide's JSON, and the values show up
+the chart's crds/ are byte for byte config/crd's. The walkthrough's Step 1 values file
+(config/samples/values.yaml) gives the ConfigMap the walkthrough's JSON, and the values show up
 where they should.
 
 helm is the pinned one of hack/helm.sh (which installs it when it is missing); a machine
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ome-resources"
 CONFIG = ROOT / "config"
 SAMPLE_VALUES = CONFIG / "samples" / "values.yaml"
-RELEASE = "ome"  # the guide's: helm upgrade --install ome ... --namespace ome
+RELEASE = "ome"  # the walkthrough's: helm upgrade --install ome ... --namespace ome
 NAMESPACE = "ome"
 #: What _helpers.tpl adds to config/'s labels.
 HELM_LABELS = {

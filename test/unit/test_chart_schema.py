@@ -147,7 +147,7 @@ def _wrong(value: Any) -> Any:
 
 
 def _mutations() -> Iterator[tuple[str, dict[str, Any]]]:
-    """The guide's block with each field (and map entry) removed, null, empty, of the wrong
+    """The walkthrough's block with each field (and map entry) removed, null, empty, of the wrong
     type, and each object given an unknown field."""
     for path, value in _paths(GUIDE_BLOCK):
         empty = {str: "", int: 0, list: [], dict: {}}[type(value)]

@@ -14,10 +14,10 @@ import pytest
 from ome.runtime.expectations import DEFAULT_TTL, Expectations, LatestWrites
 from test.unit import slicekit
 
-#: The owner key of the guide's replica, and of another.
+#: The owner key of the walkthrough's replica, and of another.
 KEY = f"{slicekit.NAMESPACE}/{slicekit.NAME}"
 OTHER_KEY = f"{slicekit.NAMESPACE}/qwen3-tpu-decoder"
-#: The name of the guide's replica's first Slice, and a UID of that Slice.
+#: The name of the walkthrough's replica's first Slice, and a UID of that Slice.
 NAME = slicekit.N
 UID = "slice-uid-1"
 NOTHING: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())

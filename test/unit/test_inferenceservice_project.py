@@ -1,4 +1,4 @@
-"""The InferenceService projection (omenative.md "Resources", behaviour.md M2): a component of
+"""The InferenceService projection (M2, M6): a component of
 an InferenceService, merged over its runtime's ``engineConfig``, becomes the InferenceReplica
 ``<isvc>-<component>`` with ``default`` or ``leader``/``worker`` runners. Every refusal's
 message (the ``InvalidSpec`` condition's text) is checked verbatim. Plain values only."""
@@ -35,7 +35,7 @@ TPU = {
     "cloud.google.com/gke-tpu-topology": "2x2x1",
 }
 TOLERATION = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
-# The guide's ClusterServingRuntime's engineConfig (test/integration/test_omenative.py).
+# The walkthrough's ClusterServingRuntime's engineConfig (test/integration/test_omenative.py).
 ENGINE_CONFIG: JSON = {
     "runner": {
         "name": "ome-container",
@@ -47,7 +47,7 @@ RESOURCES = {"requests": {"google.com/tpu": 4}, "limits": {"google.com/tpu": 4}}
 
 
 def engine(**extra: Any) -> JSON:
-    """The guide's Step 2 engine component, with ``extra`` replacing its top-level fields."""
+    """The walkthrough's Step 2 engine component, with ``extra`` replacing its top-level fields."""
     component: JSON = {
         "minReplicas": 1,
         "maxReplicas": 1,

@@ -1,5 +1,5 @@
 """The Instance lifecycle of an InferenceReplica as pure decisions: ``instances.plan`` and its
-helpers (omenative.md "Instances", behaviour.md M1 to M4, E7 and E8). Every test feeds plain
+helpers (M1 to M4, E7 and E8). Every test feeds plain
 values, as the controller does, and checks what a user sees: the status rows and the pods
 created and deleted."""
 

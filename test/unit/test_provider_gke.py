@@ -1,4 +1,4 @@
-"""GKE's Slice object: the body OME creates (behaviour.md D3), which Slices are ours and at
+"""GKE's Slice object: the body OME creates (D3), which Slices are ours and at
 which slot (D4), and what a Slice says of itself (E1, E2), read into ``SliceInfo`` by
 ``gke.parse`` from whatever someone wrote."""
 
@@ -31,7 +31,7 @@ from test.unit.slicekit import CONFIG as GUIDE
 from test.unit.slicekit import JSON, NAME, NAMESPACE, ONE_HOST, READY_STATES, TPU7X, UID
 
 REPLICA: JSON = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID}}
-#: The guide's configuration, copying a pod annotation onto Slices and without a ready timeout.
+#: The sample configuration, copying a pod annotation onto Slices and without a ready timeout.
 CONFIG = replace(
     GUIDE,
     slice=replace(

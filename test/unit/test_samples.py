@@ -1,4 +1,4 @@
-"""The samples in config/samples say what the guide says."""
+"""The samples in config/samples say what the walkthrough says."""
 
 from __future__ import annotations
 

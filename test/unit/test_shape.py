@@ -1,4 +1,4 @@
-"""Topologies and hosts, with the exact messages of behaviour.md B1 and B2."""
+"""Topologies and hosts, with the exact messages of B1 and B2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Demand validation of the slice reconcilers (behaviour.md B6, C1, I): ``demand.validate``
+"""Demand validation of the slice reconcilers (B6, C1, I2): ``demand.validate``
 decides whether an opted-in replica's Instances need a Slice, and ``demand.withhold`` turns an
 invalid demand into SliceDemandInvalid holds and Warnings, with every text verbatim."""
 
@@ -18,12 +18,12 @@ from ome.tpuslice.shape import Topology
 from test.unit import slicekit
 from test.unit.slicekit import ACC, BAD, CONFIG, JSON, PROVISION_ONLY, SLICE, TOPO, TPU7X, E
 
-#: The guide's runner also carries a label and an image, which validation ignores.
+#: The walkthrough's runner also carries a label and an image, which validation ignores.
 GUIDE_RUNNER: JSON = {"labels": {"app": "qwen3"}, "image": "engine:1"}
 template = partial(slicekit.template, **GUIDE_RUNNER)
 single = partial(slicekit.single, **GUIDE_RUNNER)
 multi = partial(slicekit.multi, **GUIDE_RUNNER)
-#: The replica as the guide's service creates it: labelled with the service, one Instance.
+#: The replica as the walkthrough's service creates it: labelled with the service, one Instance.
 replica = partial(slicekit.replica, replicas=1, labels={"ome.io/inferenceservice": "qwen3-tpu"})
 
 

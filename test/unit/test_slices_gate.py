@@ -1,4 +1,4 @@
-"""Readiness gating (behaviour.md E1 to E6, F, I): why a slot's pods wait for its Slice
+"""Readiness gating (E1 to E6, F1, F2, I2): why a slot's pods wait for its Slice
 (``gate.wait_reason``, in E3's order), how long a Slice has waited (``gate.waited``, E5), and
 what the gate says of one slot (``gate.judge_slot``) and of every Instance about to get pods
 (``gate.gate``): holds, recycles, ownership conflicts and confinement, every text verbatim."""

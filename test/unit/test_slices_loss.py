@@ -1,4 +1,4 @@
-"""Loss detection (behaviour.md H1 to H4): which pods are candidates (``loss.candidates``), what
+"""Loss detection (H1 to H4): which pods are candidates (``loss.candidates``), what
 a lost Slice takes, checked in H3's order (``loss.judge``), which Slices the caches suspect
 (``loss.suspects``), and the SliceLost text users read."""
 
@@ -100,7 +100,7 @@ def test_a_deleted_or_terminating_slice_is_lost_before_ownership_is_checked() ->
 
 
 def test_a_slice_re_created_from_outside_is_lost_whoever_owns_it_now() -> None:
-    """The guide: "was deleted" covers a Slice "re-created from outside, which makes it
+    """H3: "was deleted" covers a Slice "re-created from outside, which makes it
     younger than its pods", ours or not (a foreign one at our name is exactly that)."""
     pods = [LEADER, WORKER, UNBOUND]
     for owner in (UID, "someone-else"):
@@ -231,7 +231,7 @@ def test_the_caches_suspect_exactly_the_slices_judge_calls_lost() -> None:
             "TPU slice qwen3-tpu-engine-0-0-8f3a21c7 was deleted while pods "
             "qwen3-tpu-engine-0-default-0 ran on it; they are deleted so that their Instance "
             "is rebuilt",
-            id="the guide's event",
+            id="the walkthrough's event",
         ),
         pytest.param(
             "moved off nodes a, b",

@@ -1,5 +1,5 @@
 """The values the slice reconcilers decide from: an InferenceReplica and its pods read from JSON
-(behaviour.md B3, B7, C1, D1, D2), the slots its stored Instance rows want (G3), and the slot of
+(B3, B7, C1, D1, D2), the slots its stored Instance rows want (G3), and the slot of
 each Instance about to get pods (D1). Reading never raises: a field of the wrong type reads as
 absent."""
 

@@ -1,4 +1,4 @@
-"""The two passes that compose the slice reconcilers (behaviour.md B6, D, E, G, H, I):
+"""The two passes that compose the slice reconcilers (B6, D1 to H4, I1 to I4):
 ``plan.gate_pass`` (demand, then provisioning, then gating, for the Instances about to get
 pods) and ``plan.release_pass`` (release of unwanted Slices, then suspicion of lost ones)."""
 

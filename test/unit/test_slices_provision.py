@@ -1,4 +1,4 @@
-"""Slice provisioning (behaviour.md D1, D2, E3 "Absent: create it", G3): ``provision.provision``
+"""Slice provisioning (D1, D2, E3: a slot without a Slice, G3): ``provision.provision``
 creates a Slice only for a slot that the stored Instance rows want, that has no Slice and no
 create in flight, and holds every such Instance while its Slice waits for partitions."""
 
@@ -42,7 +42,7 @@ def test_the_owner_hash_is_the_first_8_hex_chars_of_sha256_of_namespace_name_uid
 @pytest.mark.parametrize(
     ("name", "slot", "expected"),
     [
-        pytest.param(NAME, Slot(0, 0), "qwen3-tpu-engine-0-0-{h}", id="the guide's name"),
+        pytest.param(NAME, Slot(0, 0), "qwen3-tpu-engine-0-0-{h}", id="the walkthrough's name"),
         pytest.param(NAME, Slot(12, 1), "qwen3-tpu-engine-12-1-{h}", id="index and ordinal"),
         pytest.param("a.b.c", Slot(0, 0), "a-b-c-0-0-{h}", id="dots become dashes"),
         pytest.param("x" * 60, Slot(3, 1), "x" * 36 + "-3-1-{h}", id="cut to 49 minus the suffix"),

@@ -1,4 +1,4 @@
-"""Release (behaviour.md C2, D4, G1 to G5): which of our Slices the sweep releases
+"""Release (C2, D4, G1 to G5): which of our Slices the sweep releases
 (``release.keep``, ``pinned``, ``unwanted``), who defers a release (``holders``), the decision
 again on live values (``confirm_sweep``) and teardown of a deleted replica (``teardown``)."""
 

@@ -1,6 +1,6 @@
 """A deleted replica's teardown driven on a fake clock, through the InferenceReplica controller,
 its slice teardown hook and the manager's event recorder, against in-memory fakes of the
-caches and the API: what a ten-minute deferral writes, and that the Warning the guide tells a
+caches and the API: what a ten-minute deferral writes, and that the Warning the walkthrough tells a
 user to read at its deadline is written. No server, no sleep: the clock moves as the passes'
 requeues say, as the workqueue would."""
 

@@ -1,4 +1,4 @@
-"""The admission decision (behaviour.md J2) on plain values: the shared table of cases, the
+"""The admission decision (J2) on plain values: the shared table of cases, the
 order of the checks, and that nodes are read only when the early checks did not decide."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tpuSliceProvisioning configuration (behaviour.md A) and ``ome-manager check-config``:
+"""The tpuSliceProvisioning configuration (A1 to A5) and ``ome-manager check-config``:
 every message verbatim, in A4's order, and properties over arbitrary values."""
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ _DELETE = object()
 
 
 def guide() -> dict[str, Any]:
-    """A fresh copy of the guide's Step 1 block, decoded."""
+    """A fresh copy of the walkthrough's Step 1 block, decoded."""
     raw: dict[str, Any] = json.loads(GUIDE_CONFIG_JSON)
     return raw
 
@@ -149,7 +149,7 @@ def lv_error(path: str, value: str, *problems: str) -> str:
     return f"{path}: {quoted(value)} is not a label value: {'; '.join(problems)}"
 
 
-# -- A1, A3: the guide's block, and provisioning off ----------------------------------------
+# -- A1, A3: the walkthrough's block, and provisioning off ----------------------------------------
 
 
 def test_guide_block_parses_to_its_config() -> None:
@@ -1357,7 +1357,7 @@ HOSTILE_VALUES = [
     pytest.param(
         GUIDE_VALUES_YAML.replace("slice-scheduler", "{x: " + "[" * DEEP + "]" * DEEP + "}"),
         [TOO_DEEP],
-        id="deep under slice.annotations of the guide's values",
+        id="deep under slice.annotations of the walkthrough's values",
     ),
     pytest.param(nested_keys(DEEP // 50), [TOO_DEEP], id="2000 nested keys in block style"),
     pytest.param(

@@ -1,4 +1,4 @@
-"""The demand of an Instance, with the exact messages of behaviour.md B3 to B7 and C1."""
+"""The demand of an Instance, with the exact messages of B3 to B7 and C1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host availability (behaviour.md F): whether the pods of an Instance can use a host of their
+"""Host availability (F1, F2): whether the pods of an Instance can use a host of their
 Slice, with every message verbatim; a host is read from its Node by ``Host.from_node``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Slots and Slice names, and reading a name back to its slot: behaviour.md D1 and D2, and the
+"""Slots and Slice names, and reading a name back to its slot: D1 and D2, and the
 label and annotation names D3 and D4 write. The Slice object itself is ``test_provider_gke``'s,
 host availability ``test_tpuslice_hosts``'s."""
 

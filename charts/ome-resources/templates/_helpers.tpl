@@ -18,7 +18,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 Cluster-scoped names start with the release's name, so that a second release (in another
-namespace) does not collide with the first; with the guide's release name, ome, they are
+namespace) does not collide with the first; with the walkthrough's release name, ome, they are
 config/'s names: ome-manager-role, ome-manager-rolebinding, ome-inferencereplica-webhook.
 Names in the release's namespace are config/'s as they are.
 */}}

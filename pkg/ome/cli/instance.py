@@ -1,4 +1,4 @@
-"""``kubectl ome instance status`` (behaviour.md M5): one Instance's row of
+"""``kubectl ome instance status`` (M5): one Instance's row of
 ``status.instanceStatuses`` and its pods, as FIELD/VALUE rows an operator reads at a glance.
 
 Pure: plain JSON in, rows out; ``now`` is given. A field of the wrong type reads as absent,
@@ -16,7 +16,7 @@ from ome.kube import JSON, parse_time
 from .render import cut, human_duration, table
 
 #: M5: the waiting tokens the plugin knows; CapacityProvisioning (E7) among them, unlike the
-#: upstream CLI the guide describes. SliceDemandInvalid is this controller's own token for
+#: upstream CLI, which prints Unknown. SliceDemandInvalid is this controller's own token for
 #: pods that cannot fill a provisionable Slice (B6), so it is known too.
 KNOWN_WAITING = (
     "QuotaExceeded",

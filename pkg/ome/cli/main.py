@@ -280,7 +280,7 @@ def _load_config(rest: Rest, namespace: str) -> Config:
 
 
 def _slice_label(rest: Rest, namespace: str) -> str:
-    """The slice label pods are confined by; the guide's when the config cannot be read
+    """The slice label pods are confined by; the sample's when the config cannot be read
     (``instance status`` reads the Instance, not the config)."""
     try:
         return _load_config(rest, namespace).slice_label

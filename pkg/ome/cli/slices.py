@@ -1,5 +1,5 @@
 """``kubectl ome slices``: one row per Instance slot of the opted-in components, joining what an
-operator would otherwise join by hand: the slot's Slice (behaviour.md D1, D2, E1), its hosts
+operator would otherwise join by hand: the slot's Slice (D1, D2, E1), its hosts
 (nodes with the slice label, E6), the pods confined to it, and what the slot waits for.
 
 The WAITING text is the controller's own: the hold recorded in the Instance's

@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         setup_controllers(manager)
     except ConfigError as e:
-        # behaviour.md A5: every error, then a non-zero exit.
+        # A5: every error, then a non-zero exit.
         log.error(
             "Failed to initialize TPU slice provisioning configuration",
             extra={"errors": "\n".join(e.errors)},

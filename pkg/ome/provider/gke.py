@@ -1,4 +1,4 @@
-"""GKE's Slice object (behaviour.md D3, E1; ``gke-slices.md``): its group, version and
+"""GKE's Slice object (D3, E1): its group, version and
 resource, the body OME creates, and reading a Slice into the plain ``SliceInfo`` the
 reconcilers decide from. The one module that knows the Slice's field paths.
 

@@ -1,4 +1,4 @@
-"""The InferenceReplica admission decision (behaviour.md J2), as a pure function.
+"""The InferenceReplica admission decision (J2), as a pure function.
 
 The webhook refuses only a write that *introduces* pods that cannot fill a provisionable
 Slice. It reuses the controller's demand validation (``demand.demand``), never a copy, so the

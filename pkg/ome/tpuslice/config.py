@@ -1,4 +1,4 @@
-"""The ``tpuSliceProvisioning`` configuration (behaviour.md A): decode, validate, build ``Config``.
+"""The ``tpuSliceProvisioning`` configuration (A1 to A5): decode, validate, build ``Config``.
 
 Pure: it is handed the ConfigMap text and never reads it, never touches a client, and
 ``validate`` never raises. Every configuration message users read lives here, once.
@@ -35,7 +35,7 @@ INVALID_CONFIG = "invalid tpuSliceProvisioning config"
 EXPECTED_OBJECT = "expected a JSON object"
 
 MAX_DEPTH = 100
-"""A2, a choice where behaviour.md is silent: the deepest nesting of arrays and objects a
+"""A2: the deepest nesting of arrays and objects a
 block may have (``{}`` is 1). The schema needs 4; the bound keeps Python's recursive JSON
 decoder, and check-config's YAML reader, far from the interpreter's recursion limit whatever
 its stack. Deeper is ``TOO_DEEP``, found before decoding, ahead of any other error."""
@@ -219,8 +219,8 @@ def decode(text: str) -> dict[str, Any]:
     """A2: the text, trimmed, must be one JSON object of the known schema: no unknown or
     duplicate fields, no trailing content, every value of its field's type.
 
-    Raises ``ConfigError`` with every problem found, not only the first (choices where
-    behaviour.md is silent): ``unknown field "<path>"``, ``duplicate field "<path>"``, and
+    Raises ``ConfigError`` with every problem found, not only the first (choices that
+    A2 records): ``unknown field "<path>"``, ``duplicate field "<path>"``, and
     ``malformed JSON object: <path>: expected a string, got the number 5`` for a type error;
     syntax errors and trailing content carry Python's JSON parser detail. Paths are dotted
     for object fields and indexed for map entries and list items
@@ -424,7 +424,7 @@ def validate(raw: dict[str, Any]) -> list[str]:
     the values: a value of the wrong type gets ``decode``'s type error where A4 reads it, and
     that field's checks are skipped.
 
-    Choices where behaviour.md is silent: missing and ``null`` read as Go's zero value (a null
+    Choices that A2 and A4 record: missing and ``null`` read as Go's zero value (a null
     string is ``required``, a null ``chipsPerHost`` is 0); ``"<v>"`` is JSON-escaped without
     Go's HTML escaping of ``<``, ``>``, ``&``, since it is read in logs and terminals; an
     accelerator named ``""`` is ``accelerators[]: required`` (no pool is selected by an empty

@@ -1,4 +1,4 @@
-"""The demand of one Instance (behaviour.md B3 to B7, C1): opt-in, chips, shape, and the Slice
+"""The demand of one Instance (B3 to B7, C1): opt-in, chips, shape, and the Slice
 its pods need, with the exact texts users read when they cannot have one.
 
 Pure: no I/O, no client types; pod specs and runners are plain JSON dicts, read and never changed.
@@ -65,7 +65,7 @@ def parse_quantity(value: object) -> Decimal:
 
 
 def _chips(value: object, where: str) -> int:
-    """A chip quantity rounded up (B3). behaviour.md is silent on a quantity that is not one,
+    """A chip quantity rounded up (B3). B3's error names a quantity that is not one,
     or is negative: the API server rejects both, so we name it rather than guess a count."""
     try:
         quantity = parse_quantity(value)

@@ -1,4 +1,4 @@
-"""Whether a host can take an Instance's pods (behaviour.md F), and Kubernetes' toleration
+"""Whether a host can take an Instance's pods (F1, F2), and Kubernetes' toleration
 matching, which the simulator's scheduler stand-in shares.
 
 Pure: no I/O and no client types. A host is a plain value read from a Node.

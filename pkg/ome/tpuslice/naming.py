@@ -1,4 +1,4 @@
-"""Slots and Slice names (behaviour.md D1, D2), and the names of the labels and annotation the
+"""Slots and Slice names (D1, D2), and the names of the labels and annotation the
 controller writes on its Slices (D3, D4).
 
 Pure: no I/O, no client and no provider types. Building and parsing the Slice object itself is

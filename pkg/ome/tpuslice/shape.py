@@ -1,4 +1,4 @@
-"""Topologies and hosts (behaviour.md B1, B2): parse a topology, count its chips and hosts.
+"""Topologies and hosts (B1, B2): parse a topology, count its chips and hosts.
 
 Pure: no I/O and no provider types. Every message here is the one users read.
 """

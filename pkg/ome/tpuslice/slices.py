@@ -1,4 +1,4 @@
-"""What a Slice says of itself, as a plain value (behaviour.md D4, E1, E2): its identity, owner,
+"""What a Slice says of itself, as a plain value (D4, E1, E2): its identity, owner,
 slot, shape, Ready condition and partitions. ``ome.provider.gke`` reads the object into it; the
 reconcilers decide from it and never see the provider's field paths.
 

@@ -1,6 +1,6 @@
 """The parsed ``tpuSliceProvisioning`` configuration as plain frozen values.
 
-Produced by ``config.parse`` (behaviour.md A); read by every other module of the core.
+Produced by ``config.parse`` (A1 to A5); read by every other module of the core.
 No I/O, no Kubernetes types.
 """
 
@@ -44,7 +44,7 @@ class Config:
     slice: SliceSettings
 
 
-#: The guide's Step 1 values, for tests and samples.
+#: The walkthrough's Step 1 values, for tests and samples.
 GUIDE_CONFIG_JSON = (
     '{"accelerators":{"tpu7x":{"chipsPerHost":4,"sliceType":"tpu7x","topologies":["2x2x1","2x2x2"]}},'
     '"chipResource":"google.com/tpu","nodeLabels":{"accelerator":"cloud.google.com/gke-tpu-accelerator",'

@@ -1,4 +1,4 @@
-"""The kubectl verbs the guide uses, run as a user would against the embedded server."""
+"""The kubectl verbs the walkthrough uses, run as a user would against the embedded server."""
 
 from __future__ import annotations
 

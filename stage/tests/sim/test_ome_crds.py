@@ -1,5 +1,5 @@
 """OME's generated CRDs on the embedded API server, through kubectl and the official client:
-they install, explain, accept the guide's InferenceService strictly, print the InferenceReplica
+they install, explain, accept the sample InferenceService strictly, print the InferenceReplica
 columns, scale, and keep unknown container fields of runners."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ CONFIG = Path(__file__).resolve().parents[3] / "config" / "crd"
 
 JSON = dict[str, Any]
 
-# From tpu-slice-provisioning.md, Step 2 (qwen3-tpu-isvc.yaml), verbatim.
+# The walkthrough's Step 2 InferenceService (config/samples/qwen3-tpu-isvc.yaml), verbatim.
 GUIDE_ISVC = """\
 apiVersion: ome.io/v1beta1
 kind: InferenceService

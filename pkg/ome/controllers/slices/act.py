@@ -6,7 +6,7 @@ resourceVersion when the decision read the Slice's state. Writes in flight are e
 (``Expectations``), so a pass planned from a lagging cache never repeats one.
 
 It decides nothing itself. API errors are routine: each is logged in one line, counted where
-the guide says so, and reported to the caller as a failure to retry; they never escape.
+K1 says so, and reported to the caller as a failure to retry; they never escape.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The InferenceReplica validating webhook (behaviour.md J): observe (a live node read, only
+"""The InferenceReplica validating webhook (J1, J2): observe (a live node read, only
 when the decision asks for it), decide (``ome.tpuslice.admission``), answer.
 
 It admits whatever it cannot check: another kind sent by a misconfigured webhook, an

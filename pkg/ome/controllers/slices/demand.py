@@ -1,4 +1,4 @@
-"""Demand validation (behaviour.md B6, C1, I): whether an opted-in replica's Instances need a
+"""Demand validation (B6, C1, I2): whether an opted-in replica's Instances need a
 Slice, of which shape, or cannot have one; a replica whose pods cannot fill a provisionable
 Slice has every Instance about to get pods withheld, with a SliceDemandInvalid Warning each.
 

@@ -1,4 +1,4 @@
-"""Readiness gating (behaviour.md E1 to E6, F): an Instance about to get pods waits until its
+"""Readiness gating (E1 to E6, F1, F2): an Instance about to get pods waits until its
 slot's Slice is ours, of the right shape and ready, with every host visible and usable; then
 its pods are confined to the Slice by the slice-name node selector. A Slice that has its
 partition but stays short of ready past ``slice.readyTimeout`` (E5), or is ready with a host

@@ -1,4 +1,4 @@
-"""Loss detection (behaviour.md H1 to H4): pods whose Slice was deleted, re-created from
+"""Loss detection (H1 to H4): pods whose Slice was deleted, re-created from
 outside, lost its partitions or moved off their nodes while they ran on it are deleted, so
 that their Instance is rebuilt on a Slice that holds them.
 
@@ -57,7 +57,7 @@ def judge(
     held before; unbound pods follow the label). ``nodes`` maps each bound pod's node to the
     host read (None: gone).
 
-    behaviour.md H3 checks ownership before age; the guide, which wins, counts a Slice
+    Age comes before ownership (H3.2): a user reads a Slice
     "re-created from outside, which makes it younger than its pods" as deleted, and a Slice
     deleted and re-created by someone else at our name is exactly that: its pods run on no
     Slice of ours, so they go (the slot then shows SliceOwnershipConflict)."""

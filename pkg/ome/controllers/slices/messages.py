@@ -1,6 +1,6 @@
 """Every text of TPU slice provisioning that users read: hold messages, events and log lines,
-each beside the rule of ``behaviour.md`` that produces it (the rule's id is in its docstring).
-Users compare them with the guide, so they are built here and nowhere else.
+each beside the rule of docs/rules.md that produces it (the rule's id is in its docstring).
+Users compare them with the docs, so they are built here and nowhere else.
 
 Pure: strings in, strings out. It decides nothing.
 """

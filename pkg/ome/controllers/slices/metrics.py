@@ -1,5 +1,5 @@
-"""The TPU slice metrics of behaviour.md K, with every configured type x topology series
-pre-created at zero, as the guide promises. Counting only: no decisions here."""
+"""The TPU slice metrics (K1 to K5), with every configured type x topology series
+pre-created at zero, as K2 says. Counting only: no decisions here."""
 
 from __future__ import annotations
 

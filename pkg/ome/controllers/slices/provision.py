@@ -1,4 +1,4 @@
-"""Slice provisioning (behaviour.md D1 to D3, E3 "Absent: create it"): an Instance about to get
+"""Slice provisioning (D1 to D3, E3: a slot without a Slice): an Instance about to get
 pods whose slot has no Slice gets one, and waits for partition assignment meanwhile.
 
 Owns which Slices to create. It must never create a Slice for a slot that the replica's

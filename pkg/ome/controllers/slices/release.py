@@ -1,4 +1,4 @@
-"""Release (behaviour.md C2, G1 to G5): the sweep of Slices no Instance wants any more (after a
+"""Release (C2, G1 to G5): the sweep of Slices no Instance wants any more (after a
 scale-down, a shape change, an update's surge, or an opt-out), the deferral while other
 workloads hold chips on a Slice's hosts, and teardown when the replica is deleted.
 
