@@ -104,7 +104,7 @@ for _ in $(seq 1 600); do
 done
 grep -q '^press Ctrl-C' "$WORK/provider.log" || die "the provider did not start within a minute"
 
-say "5/7 helm upgrade --install ome charts/ome-resources with the guide's values"
+say "5/7 helm upgrade --install ome charts/ome-resources with the walkthrough's values"
 kubectl create namespace ome --dry-run=client -o yaml | kubectl apply -f -
 "$HELM" upgrade --install ome charts/ome-resources --namespace ome \
   -f config/samples/values.yaml \

@@ -393,7 +393,7 @@ def _run(args: argparse.Namespace) -> int:
             say(f"OME is up on {stage.name}; in another shell:")
             say(f"export KUBECONFIG={path}")
             say(f"manager metrics: http://127.0.0.1:{metrics}/metrics")
-            say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
+            say(f"the walkthrough's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
             say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
             say("press Ctrl-C to stop")
             supervisor.run()
@@ -429,7 +429,7 @@ def _serve_manager_pod(args: argparse.Namespace, stage: Stage) -> int:
         say(f"OME is up on {stage.name}, the manager in its Deployment's pod; in another shell:")
         say(f"export KUBECONFIG={path}")
         say(f"manager metrics: http://127.0.0.1:{relay.port}/metrics")
-        say(f"the guide's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
+        say(f"the walkthrough's Step 2 InferenceService: {system.GUIDE_SAMPLE}")
         say(f"next: kubectl apply -f {system.GUIDE_SAMPLE}")
         say("press Ctrl-C to stop")
         _wait(interrupted)
@@ -535,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="the whole system: the cluster, the provider, OME's manifests and the manager",
         description="What `make run` starts: the embedded API server and the simulated GKE "
-        "provider, OME's CRDs, the inferenceservice-config ConfigMap with the guide's Step 1 "
+        "provider, OME's CRDs, the inferenceservice-config ConfigMap with the walkthrough's Step 1 "
         "values, the webhook configuration, the sample model and runtime, and ome-manager as "
         "its own process against the kubeconfig, until Ctrl-C.",
         epilog=_knob_help(),
@@ -554,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--manager",
         choices=("process", "pod"),
         help="pod (the default with --control-plane kube): OME is installed with Helm "
-        "(charts/ome-resources, the guide's Step 1 values) and the manager runs as its "
+        "(charts/ome-resources, the walkthrough's Step 1 values) and the manager runs as its "
         "Deployment's pod; process (the default, and the only way, on the embedded "
         "cluster): ome-sim installs config/ and runs ome-manager itself, beside the cluster",
     )
@@ -577,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--slice-ready-timeout",
         type=_go_duration,
         metavar="DURATION",
-        help="slice.readyTimeout in the configuration (default: the guide's 10m); a short one "
+        help="slice.readyTimeout in the configuration (default: 10m, as in the walkthrough); a short one "
         "shows SliceReadyTimeout quickly",
     )
     _provider_flags(run)

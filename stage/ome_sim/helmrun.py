@@ -95,7 +95,7 @@ def upgrade_install(
         ]
         progress(
             "helm upgrade --install ome charts/ome-resources --namespace ome -f values.yaml "
-            "(the guide's Step 1 values)"
+            "(the walkthrough's Step 1 values)"
         )
         proc = subprocess.run(
             command,

@@ -215,7 +215,9 @@ def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
         metrics = next(line for line in lines if line.startswith("manager metrics: "))
         url = metrics.split(": ", 1)[1]
         assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
-        assert "the guide's Step 2 InferenceService: config/samples/qwen3-tpu-isvc.yaml" in lines
+        assert (
+            "the walkthrough's Step 2 InferenceService: config/samples/qwen3-tpu-isvc.yaml" in lines
+        )
         assert "next: kubectl apply -f config/samples/qwen3-tpu-isvc.yaml" in lines
         assert "  waiting for the manager to bind its ports" in lines, lines
         assert any(line.startswith("press Ctrl-C") for line in again_lines), again_lines
