@@ -4,7 +4,7 @@
 #   stage/pyproject.toml           the stage's version, and its pin of the product
 #   charts/ome-resources/Chart.yaml  the chart's version and appVersion
 #   config/manager/manager.yaml    the manager image's tag
-#   README.md, charts/ome-resources/README.md, charts/ome-resources/values.yaml,
+#   README.md, docs/deploy.md, charts/ome-resources/README.md and values.yaml,
 #   config/samples/values.yaml, Dockerfile   the commands and comments that quote it
 #
 #   hack/version.sh X.Y.Z    set the version to X.Y.Z everywhere (make version VERSION=X.Y.Z,
@@ -33,7 +33,7 @@ PLACES = [
     ("charts/ome-resources/Chart.yaml", r'(?m)^appVersion: "' + VERSION + '"$'),
     ("config/manager/manager.yaml", r"(?m)image: ghcr\.io/moirai-internal/ome-manager:" + VERSION + "$"),
     ("README.md", r"--namespace ome --version " + VERSION + " "),
-    ("README.md", r"ome-manager:" + VERSION + " "),
+    ("docs/deploy.md", r"ome-manager:" + VERSION + " "),
     ("charts/ome-resources/README.md", r"--namespace ome --version " + VERSION + " "),
     ("charts/ome-resources/README.md", r"chart's `appVersion` \(`" + VERSION + r"`\)"),
     ("charts/ome-resources/values.yaml", r"the chart's appVersion \(" + VERSION + r"\)"),

@@ -1,8 +1,11 @@
-"""The README's walkthrough, run as a user runs it: each command is taken as written in the
-README (the test fails if it is not there), run with bash and kubectl against the
-environment ``make run`` starts, and its output checked against what the README shows.
+"""The README's walkthrough and docs/troubleshooting.md, run as a user runs them: each
+command is taken as written on the page that shows it (the test fails if it is not there),
+run with bash and kubectl against the environment ``make run`` starts, and its output
+checked against what the page shows.
 
-The tests run in order and build on each other, as the walkthrough does.
+The tests run in order and build on each other, as the pages do: the README's Steps 2 and 3,
+then each troubleshooting case from where the one before it left the cluster, then the
+README's Clean up; the last two cases on a slower simulator, as the page says.
 """
 
 from __future__ import annotations
@@ -16,7 +19,31 @@ import pytest
 from test.e2e.conftest import ROOT, Environment
 from test.helpers import eventually
 
-README = (ROOT / "README.md").read_text()
+
+class Page:
+    """A page of the docs, by its path in the repository, and its text."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.text = (ROOT / path).read_text()
+
+    def shows(self, command: str) -> None:
+        assert command in self.text, f"{self.path} does not show this command:\n{command}"
+
+    def line(self, start: str) -> str:
+        """The page's line that starts with ``start``, whole."""
+        at = self.text.index(start)
+        return self.text[at : self.text.index("\n", at)]
+
+    def block(self, start: str) -> str:
+        """The page's multi-line command that starts with ``start`` (a heredoc, to EOF)."""
+        at = self.text.index(start)
+        end = self.text.index("\nEOF\n", at) + len("\nEOF")
+        return self.text[at:end]
+
+
+README = Page("README.md")
+TROUBLESHOOTING = Page("docs/troubleshooting.md")
 NS = "qwen3-tpu"
 SAMPLE = "kubectl apply -f config/samples/qwen3-tpu-isvc.yaml"
 WAIT = "kubectl wait --for=condition=Ready inferenceservice/qwen3-tpu -n qwen3-tpu --timeout=5m"
@@ -54,16 +81,25 @@ def chips(n: int) -> str:
 
 
 class Shell:
-    """bash with the environment's KUBECONFIG and the variables earlier steps set."""
+    """bash with the environment's KUBECONFIG and the variables earlier steps set, following
+    one page: each command it is given must be written there."""
 
-    def __init__(self, environment: Environment) -> None:
+    def __init__(self, environment: Environment, page: Page) -> None:
         self.environment = environment
+        self.page = page
         self.vars: dict[str, str] = {}
-        #: ``export`` lines of the README, run before every command as a user's shell would
+        #: ``export`` lines of the pages, run before every command as a user's shell would
         self.exports: list[str] = []
 
+    def on(self, page: Page) -> Shell:
+        """The same shell (its variables and exports shared) following another page."""
+        other = Shell(self.environment, page)
+        other.vars = self.vars
+        other.exports = self.exports
+        return other
+
     def __call__(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        assert command in README, f"the README does not show this command:\n{command}"
+        self.page.shows(command)
         return self.run(command, check)
 
     def run(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -82,14 +118,14 @@ class Shell:
         return proc
 
     def export(self, line: str) -> None:
-        """Run the README's ``export`` line before every later command."""
-        assert line in README, f"the README does not show:\n{line}"
+        """Run the page's ``export`` line before every later command."""
+        self.page.shows(line)
         self.exports.append(line)
 
     def set(self, assignment: str) -> str:
-        """Run ``NAME=$(...)`` as the README shows it and keep NAME for later steps."""
+        """Run ``NAME=$(...)`` as the page shows it and keep NAME for later steps."""
         name = assignment.split("=", 1)[0]
-        assert assignment in README, f"the README does not show:\n{assignment}"
+        self.page.shows(assignment)
         value = self.run(f'{assignment}\nprintf %s "${name}"').stdout
         assert value, f"{name} is empty"
         self.vars[name] = value
@@ -99,26 +135,28 @@ class Shell:
         return [line for line in self(command).stdout.splitlines() if line.strip()]
 
 
-#: The README's line that puts the ``kubectl ome`` plugin on the PATH.
+#: The line that puts the ``kubectl ome`` plugin on the PATH (the README's quick start, and
+#: the troubleshooting page's "Before you start").
 PLUGIN_PATH = 'export PATH="$PWD/.venv/bin:$PATH"'
 
 
 @pytest.fixture(scope="module")
 def walk(environment: Environment) -> Iterator[Shell]:
-    shell = Shell(environment)
+    """The README's walkthrough."""
+    shell = Shell(environment, README)
     shell.export(PLUGIN_PATH)
     yield shell
 
 
+@pytest.fixture(scope="module")
+def trouble(walk: Shell) -> Iterator[Shell]:
+    """docs/troubleshooting.md, in the same shell as the walkthrough before it."""
+    TROUBLESHOOTING.shows(PLUGIN_PATH)
+    yield walk.on(TROUBLESHOOTING)
+
+
 def instance_status(index: int) -> str:
     return f"kubectl ome instance status qwen3-tpu {index} --component engine -n qwen3-tpu -o wide"
-
-
-def block(start: str) -> str:
-    """The README's multi-line command that starts with ``start`` (a heredoc, to EOF)."""
-    at = README.index(start)
-    end = README.index("\nEOF\n", at) + len("\nEOF")
-    return README[at:end]
 
 
 # -- Steps 2 and 3 -----------------------------------------------------------------------------
@@ -171,7 +209,7 @@ def test_metrics_at_the_printed_url(walk: Shell) -> None:
     if url is None:
         pytest.skip("no metrics URL for this cluster (set OME_E2E_METRICS_URL)")
     shown = "curl -s http://127.0.0.1:40123/metrics | grep '^ome_tpu_slice'"
-    assert shown in README
+    README.shows(shown)
     out = walk.run(shown.replace("http://127.0.0.1:40123/metrics", url)).stdout
     created = re.search(
         r'^ome_tpu_slice_created_total\{slice_type="tpu7x",topology="2x2x1"\} (\S+)$', out, re.M
@@ -180,105 +218,110 @@ def test_metrics_at_the_printed_url(walk: Shell) -> None:
     assert 'ome_tpu_slice_lost_total{slice_type="tpu7x",topology="2x2x2"} 0.0' in out
 
 
-# -- Troubleshooting -------------------------------------------------------------------------
+# -- Troubleshooting (docs/troubleshooting.md) -----------------------------------------------
 
 
-def test_component_reconcile_error_from_the_webhook_then_healed(walk: Shell) -> None:
-    walk(chips(2))
-    message = eventually(lambda: walk.lines(events("ComponentReconcileError")), timeout=30)[0]
+def test_component_reconcile_error_from_the_webhook_then_healed(trouble: Shell) -> None:
+    trouble(chips(2))
+    message = eventually(lambda: trouble.lines(events("ComponentReconcileError")), timeout=30)[0]
     assert message.endswith(
         "pods cannot be placed on a provisioned slice: 1 pod x 2 chips do not fill topology "
         "2x2x1: it is 4 chips on 1 host, which takes 2 pods"
     ), message
-    walk(chips(4))
-    walk(WAIT)
+    trouble(chips(4))
+    trouble(WAIT)
 
 
-def test_slice_lost_when_deleted_from_outside_and_rebuilt(walk: Shell) -> None:
-    name = walk.set(SLICE)
-    uid = walk.run(
+def test_slice_lost_when_deleted_from_outside_and_rebuilt(trouble: Shell) -> None:
+    name = trouble.set(SLICE)
+    uid = trouble.run(
         f"kubectl get pod qwen3-tpu-engine-0-default-0 -n {NS} -o jsonpath='{{.metadata.uid}}'"
     ).stdout
-    walk("kubectl delete slices.accelerator.gke.io $SLICE --wait=false")
-    message = eventually(lambda: walk.lines(events("SliceLost")), timeout=60)[0]
+    trouble("kubectl delete slices.accelerator.gke.io $SLICE --wait=false")
+    message = eventually(lambda: trouble.lines(events("SliceLost")), timeout=60)[0]
     assert message == (
         f"TPU slice {name} was deleted while pods qwen3-tpu-engine-0-default-0 ran on it; "
         "they are deleted so that their Instance is rebuilt"
     )
 
     def rebuilt() -> bool:
-        proc = walk.run(
+        proc = trouble.run(
             f"kubectl get pod qwen3-tpu-engine-0-default-0 -n {NS} -o jsonpath='{{.metadata.uid}}'",
             check=False,
         )
         return proc.returncode == 0 and proc.stdout not in ("", uid)
 
     eventually(rebuilt, timeout=60)
-    walk(WAIT)
-    assert walk.lines(STEP3)[1].split()[1:] == ["tpu7x", "2x2x1", "ACTIVE"]
+    trouble(WAIT)
+    rows = trouble.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")
+    assert len(rows) == 2 and rows[1].split()[2:8] == ["0", "0", name, "tpu7x", "2x2x1", "ACTIVE"]
 
 
-def test_slice_ownership_conflict_with_a_foreign_slice_at_the_name(walk: Shell) -> None:
-    name = walk.set(SLICE)
+def test_slice_ownership_conflict_with_a_foreign_slice_at_the_name(trouble: Shell) -> None:
+    name = trouble.set(SLICE)
     foreign = f"qwen3-tpu-engine-1-0-{name.rsplit('-', 1)[1]}"
-    walk(block("kubectl create -f - <<EOF\napiVersion: accelerator.gke.io/v1beta1"))
-    walk(scale(2))
-    message = eventually(lambda: walk.lines(events("SliceOwnershipConflict")), timeout=60)[0]
+    trouble(
+        TROUBLESHOOTING.block("kubectl create -f - <<EOF\napiVersion: accelerator.gke.io/v1beta1")
+    )
+    trouble(scale(2))
+    message = eventually(lambda: trouble.lines(events("SliceOwnershipConflict")), timeout=60)[0]
     assert message == (
         "OMENative component=engine instance=1 withheld: slice is owned by another object: "
         f"{foreign}"
     )
-    shown = walk.lines(
+    shown = trouble.lines(
         "kubectl get slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-} --show-labels"
     )
     assert "team=other" in shown[1]
     # OME creates its own Slice at the name at once: kubectl's wait for the deletion could
-    # take it for the foreign one and wait for it to go (the README says so).
-    walk("kubectl delete slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-} --wait=false")
-    walk(WAIT)
+    # take it for the foreign one and wait for it to go (the page says so).
+    trouble(
+        "kubectl delete slices.accelerator.gke.io qwen3-tpu-engine-1-0-${SLICE##*-} --wait=false"
+    )
+    trouble(WAIT)
 
     def two_ready() -> bool:
-        row = walk.lines("kubectl get inferencereplica qwen3-tpu-engine -n qwen3-tpu")[1].split()
+        row = trouble.lines("kubectl get inferencereplica qwen3-tpu-engine -n qwen3-tpu")[1].split()
         return row[4] == "2"
 
     eventually(two_ready, timeout=60)
-    labels = walk.run(f"kubectl get slices.accelerator.gke.io {foreign} --show-labels").stdout
+    labels = trouble.run(f"kubectl get slices.accelerator.gke.io {foreign} --show-labels").stdout
     assert "ome.io/managed-by=OMENative" in labels, "OME's own Slice is at the name now"
 
 
-def test_slice_release_deferred_while_another_workload_holds_chips(walk: Shell) -> None:
-    name = walk.set(SLICE)
+def test_slice_release_deferred_while_another_workload_holds_chips(trouble: Shell) -> None:
+    name = trouble.set(SLICE)
     second = f"qwen3-tpu-engine-1-0-{name.rsplit('-', 1)[1]}"
-    walk.set(
+    trouble.set(
         "HOST=$(kubectl get nodes -l cloud.google.com/gke-tpu-slice=qwen3-tpu-engine-1-0-"
         "${SLICE##*-} -o jsonpath='{.items[0].metadata.name}')"
     )
-    walk("kubectl create namespace tpu-batch")
-    walk(block("kubectl create -n tpu-batch -f - <<EOF"))
-    walk(scale(1))
-    message = eventually(lambda: walk.lines(events("SliceReleaseDeferred")), timeout=60)[0]
+    trouble("kubectl create namespace tpu-batch")
+    trouble(TROUBLESHOOTING.block("kubectl create -n tpu-batch -f - <<EOF"))
+    trouble(scale(1))
+    message = eventually(lambda: trouble.lines(events("SliceReleaseDeferred")), timeout=60)[0]
     assert message == (
         f"TPU slice {second} is kept: pods of other workloads hold chips on its hosts "
         "(tpu-batch/indexer-0); it is released once they are gone"
     )
-    assert second in walk(OWNED).stdout
-    walk("kubectl delete namespace tpu-batch")
-    eventually(lambda: second not in walk(OWNED).stdout, timeout=60)
-    assert name in walk(OWNED).stdout
+    assert second in trouble(OWNED).stdout
+    trouble("kubectl delete namespace tpu-batch")
+    eventually(lambda: second not in trouble(OWNED).stdout, timeout=60)
+    assert name in trouble(OWNED).stdout
 
 
-def test_pods_wait_for_a_slice_shown_by_kubectl_ome(walk: Shell) -> None:
+def test_pods_wait_for_a_slice_shown_by_kubectl_ome(trouble: Shell) -> None:
     """A ninth Instance on make run's 8-host pool: its Slice waits for its partition, and
     ``kubectl ome`` says so in the words of its lastFailure."""
-    nodes = walk.run(
+    nodes = trouble.run(
         "kubectl get nodes -l cloud.google.com/gke-accelerator-topology-mode=PROVISION_ONLY "
         "--no-headers"
     ).stdout.splitlines()
-    assert len(nodes) == 8, "the README counts on make run's 8 provision-only hosts"
-    walk(scale(9))
+    assert len(nodes) == 8, "the page counts on make run's 8 provision-only hosts"
+    trouble(scale(9))
 
     def waiting() -> list[str]:
-        rows = walk.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")
+        rows = trouble.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")
         return [r for r in rows[1:] if r.split()[2] == "8" and "is waiting for partition" in r]
 
     (row,) = eventually(waiting, timeout=60)
@@ -289,7 +332,7 @@ def test_pods_wait_for_a_slice_shown_by_kubectl_ome(walk: Shell) -> None:
         "0/1",
     ], row
     assert row.endswith(f"slice {cells[4]} is waiting for partition assignment"), row
-    shown = walk.lines(instance_status(8))
+    shown = trouble.lines(instance_status(8))
     assert "failure     reason=CapacityProvisioning" in shown, shown
     assert "op hold     waiting=CapacityProvisioning" in shown, shown
     assert "op timing   deadline=-" in shown, shown
@@ -298,9 +341,9 @@ def test_pods_wait_for_a_slice_shown_by_kubectl_ome(walk: Shell) -> None:
         f"until its capacity is ready: slice {cells[4]} is waiting for partition assignment"
     )
     assert message in shown, shown
-    walk(scale(1))
+    trouble(scale(1))
     eventually(
-        lambda: len(walk.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")) == 2, timeout=90
+        lambda: len(trouble.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")) == 2, timeout=90
     )
 
 
@@ -316,12 +359,16 @@ def test_clean_up_leaves_no_slice(walk: Shell) -> None:
 
 @pytest.fixture(scope="module")
 def slow(slow_environment: Environment) -> Iterator[Shell]:
-    assert 'make run ARGS="--activation-delay 15s --slice-ready-timeout 45s"' in README
-    yield Shell(slow_environment)
+    """The troubleshooting page's last two cases, on the slower ``make run`` it starts."""
+    TROUBLESHOOTING.shows('make run ARGS="--activation-delay 15s --slice-ready-timeout 45s"')
+    shell = Shell(slow_environment, TROUBLESHOOTING)
+    shell.export(PLUGIN_PATH)
+    yield shell
 
 
 def activating_slice(shell: Shell) -> str:
-    """Apply the sample and return Instance 0's Slice once it has its partition."""
+    """Apply the sample and return Instance 0's Slice, read again as the page says, once it
+    has its partition."""
     shell(SAMPLE)
     name = eventually(
         lambda: shell.run(SLICE, check=False).returncode == 0 and shell.set(SLICE), timeout=30
@@ -340,8 +387,8 @@ def activating_slice(shell: Shell) -> str:
 
 def test_slice_host_unavailable_for_a_host_cordoned_while_activating(slow: Shell) -> None:
     name = activating_slice(slow)
-    at = README.index("HOST=$(kubectl get nodes --no-headers")
-    host = slow.set(README[at : README.index("\n", at)])
+    assert name in slow("kubectl get slices.accelerator.gke.io $SLICE").stdout
+    host = slow.set(TROUBLESHOOTING.line("HOST=$(kubectl get nodes --no-headers"))
     slow("kubectl cordon $HOST")
     message = eventually(lambda: slow.lines(events("SliceHostUnavailable")), timeout=60)[0]
     assert message == (
@@ -349,19 +396,24 @@ def test_slice_host_unavailable_for_a_host_cordoned_while_activating(slow: Shell
         f"{host} is cordoned; it is released and provisioned again once no pod holds it"
     )
     slow(WAIT)
-    slow("kubectl delete inferenceservice qwen3-tpu -n qwen3-tpu")
-    # The replica and its Slices go after the service, by garbage collection and teardown: a
-    # real control plane takes a moment, and the next test must not find the old Slice.
-    eventually(lambda: no_slices_owned(slow), timeout=90)
 
 
 def no_slices_owned(shell: Shell) -> bool:
-    out = shell.run(OWNED, check=False)
+    out = shell(OWNED, check=False)
     return "No resources found" in out.stdout + out.stderr
 
 
 def test_slice_ready_timeout_for_a_slice_that_never_activates(slow: Shell) -> None:
+    """Followed after the case before, as the page says: that case leaves an ACTIVE Slice,
+    on which the knob does nothing, so the service is deleted and applied again first; its
+    Slice then has a new name (a new replica), read again."""
+    before = slow.vars.get("SLICE")
+    slow("kubectl delete inferenceservice qwen3-tpu -n qwen3-tpu")
+    # The replica and its Slices go after the service, by garbage collection and teardown: a
+    # real control plane takes a moment, and the Slice read next must not be the old one.
+    eventually(lambda: no_slices_owned(slow), timeout=90)
     name = activating_slice(slow)
+    assert name != before, "a new replica's Slice has a new name"
     slow("kubectl annotate slices.accelerator.gke.io $SLICE sim.ome.io/stick-activating=true")
     message = eventually(lambda: slow.lines(events("SliceReadyTimeout")), timeout=60)[0]
     assert re.fullmatch(

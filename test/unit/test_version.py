@@ -77,9 +77,9 @@ def test_an_image_built_with_a_commit_names_it() -> None:
 
 def test_version_sh_check_names_a_place_that_disagrees(tmp_path: Path) -> None:
     for rel in ["hack/version.sh", "pyproject.toml", "stage/pyproject.toml", "Dockerfile",
-                "README.md", "charts/ome-resources/Chart.yaml", "charts/ome-resources/README.md",
-                "charts/ome-resources/values.yaml", "config/manager/manager.yaml",
-                "config/samples/values.yaml"]:  # fmt: skip
+                "README.md", "docs/deploy.md", "charts/ome-resources/Chart.yaml",
+                "charts/ome-resources/README.md", "charts/ome-resources/values.yaml",
+                "config/manager/manager.yaml", "config/samples/values.yaml"]:  # fmt: skip
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes((ROOT / rel).read_bytes())
     (tmp_path / "hack" / "version.sh").chmod(0o755)
