@@ -19,7 +19,7 @@
 # fresh clone and CI reuse it:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/base/bookworm-python3.11.tar
 # debootstrap runs in a temporary directory and the tarball is moved in only when whole.
-# A first build takes about 75 s (README); a warm one only imports the tarball (a few
+# A first build takes about 75 s (docs/deploy.md); a warm one only imports the tarball (a few
 # seconds), or does nothing when podman already has the image.
 #
 # Needs root (debootstrap), debootstrap and podman; hack/container-tools.sh installs them.

@@ -25,7 +25,7 @@
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ome-tpu-slices/kube/v1.37.2/
 # They are built in a temporary directory and moved in only when all three are built, so an
 # interrupted build leaves nothing half-made behind. A first build takes about 7 minutes on
-# two cores (README); a warm one is a no-op.
+# two cores (docs/control-plane.md); a warm one is a no-op.
 set -euo pipefail
 
 KUBE_VERSION=v1.37.2

@@ -2,7 +2,7 @@
 
 Every container here gets the chart's securityContext: uid and gid 65532, a read-only root,
 every capability dropped, no privilege escalation, and a tmpfs on /tmp (the chart's
-emptyDir). The measurements (size, cold start to /readyz) are printed for the README.
+emptyDir). The measurements (size, cold start to /readyz) are printed for docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_cold_start_to_readyz_against_a_cluster(
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     """The container starts, reads its kubeconfig, syncs its caches and answers /readyz;
-    the time from `run` to the first 200 is the cold start the README gives."""
+    the time from `run` to the first 200 is the cold start docs/deploy.md gives."""
     kubectl("apply", "-f", str(ROOT / "config" / "crd"))
     kubectl("create", "namespace", "ome")
     cm = configmap("inferenceservice-config", "ome")
