@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from ome.controllers.inferencereplica import instances
 from ome.controllers.inferenceservice import project
 from ome.controllers.slices import admission as replica_admission
-from ome.controllers.slices import demand as slice_demand
+from ome.controllers.slices import validation
 from ome.controllers.slices.model import Pod, Replica, slots_of, wanted_slots
 from ome.durations import parse_go_duration
 from ome.runtime.client import Client
@@ -503,7 +503,7 @@ def test_a_replica_of_any_shape_is_read(obj: JSON) -> None:
     assert all(s.instance >= 0 and s.ordinal in (0, 1) for s in wanted)
     if replica.deleting:
         assert not wanted
-    verdict = slice_demand.validate(replica, CONFIG, None)
+    verdict = validation.validate(replica, CONFIG, None)
     assert not verdict.error or verdict.error.startswith(dem.E + ": ")
 
 

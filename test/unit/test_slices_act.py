@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from urllib3.exceptions import ProtocolError
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
-from ome.controllers.slices import release as releases
+from ome.controllers.slices import releases
 from ome.controllers.slices.act import ReleaseOutcome, SliceActor
 from ome.controllers.slices.metrics import SliceMetrics
 from ome.controllers.slices.model import Pod, Replica
@@ -419,7 +419,7 @@ def sweep(
 def test_the_sweep_releases_only_what_confirm_sweep_confirms_on_live_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """G3: the sweep's live confirmation is ``release.confirm_sweep`` itself, the function the
+    """G3: the sweep's live confirmation is ``releases.confirm_sweep`` itself, the function the
     unit tests pin down, not a copy of it: what it declines is never deleted, and what it
     confirms is deleted under the live UID and resourceVersion."""
     replica, cached = scaled_down()

@@ -19,10 +19,9 @@ from datetime import datetime
 
 from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE
 from ome.controllers.inferencereplica.instances import hold_reason
-from ome.controllers.slices import gate, messages
-from ome.controllers.slices import release as releases
-from ome.controllers.slices.demand import Verdict, validate
+from ome.controllers.slices import messages, readiness, releases
 from ome.controllers.slices.model import Pod, Replica, wanted_slots
+from ome.controllers.slices.validation import Verdict, validate
 from ome.kube import JSON, rfc3339
 from ome.provider import gke
 from ome.tpuslice import demand as shapes
@@ -312,7 +311,7 @@ def waiting(
         return messages.being_released(found.name)
     if any(not p.terminal for p in confined) or verdict.demand is None:
         return ""
-    verdict_now = gate.judge_slot(
+    verdict_now = readiness.judge_slot(
         slot.instance, found, slot_hosts, replica, verdict.demand, config, now
     )
     return verdict_now.hold.message if verdict_now.hold else ""

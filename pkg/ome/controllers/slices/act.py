@@ -36,14 +36,11 @@ from ome.tpuslice.naming import OWNER_UID_LABEL, Slot
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import gate as gates
-from . import loss as losses
-from . import messages
-from . import release as releases
-from .demand import Verdict, validate
+from . import losses, messages, readiness, releases
 from .metrics import SliceMetrics
 from .model import Event, Pod, Replica, release_deferred, withheld
 from .plan import GateObservation, GatePlan, ReleaseObservation, ReleasePlan
+from .validation import Verdict, validate
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +300,7 @@ class SliceActor:
             return False  # gone again meanwhile: the next pass creates it
         if not live.owned_by(obs.replica.uid):
             self.metrics.create_failures.labels(*series, "OwnershipConflict").inc()
-        verdict = gates.judge_slot(
+        verdict = readiness.judge_slot(
             index,
             live,
             obs.hosts.get(name, ()),
@@ -325,7 +322,7 @@ class SliceActor:
         self,
         obs: GateObservation,
         demand: Demand,
-        recycle: gates.Recycle,
+        recycle: readiness.Recycle,
         reads: _Reads,
         out: GateOutcome,
     ) -> None:
@@ -336,7 +333,7 @@ class SliceActor:
         live = self._slice(name)
         if live is None or live.uid != recycle.slice.uid:
             return  # gone or replaced: the slot is provisioned afresh
-        verdict = gates.judge_slot(
+        verdict = readiness.judge_slot(
             recycle.index, live, self._hosts(reads, name), replica, demand, obs.config, self.clock()
         )
         if verdict.hold is not None:

@@ -37,8 +37,7 @@ from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import messages
-from . import release as releases
+from . import messages, releases
 from .act import SliceActor
 from .metrics import SliceMetrics
 from .model import Pod, Replica, slots_of

@@ -19,8 +19,8 @@ from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
 
 from . import messages
-from .demand import Verdict
 from .model import Pod, Replica, wanted_slots
+from .validation import Verdict
 
 
 def keep(

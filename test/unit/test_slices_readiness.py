@@ -1,7 +1,7 @@
 """Readiness gating (behaviour.md E1 to E6, F, I): why a slot's pods wait for its Slice
-(``gate.wait_reason``, in E3's order), how long a Slice has waited (``gate.waited``, E5), and
-what the gate says of one slot (``gate.judge_slot``) and of every Instance about to get pods
-(``gate.gate``): holds, recycles, ownership conflicts and confinement, every text verbatim."""
+(``readiness.wait_reason``, in E3's order), how long a Slice has waited (``readiness.waited``, E5), and
+what the gate says of one slot (``readiness.judge_slot``) and of every Instance about to get pods
+(``readiness.gate``): holds, recycles, ownership conflicts and confinement, every text verbatim."""
 
 from __future__ import annotations
 
@@ -14,9 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
-from ome.controllers.slices.gate import Gated, Recycle, SlotVerdict, gate, judge_slot, wait_reason
-from ome.controllers.slices.gate import waited as waited_for
 from ome.controllers.slices.model import Event
+from ome.controllers.slices.readiness import (
+    Gated,
+    Recycle,
+    SlotVerdict,
+    gate,
+    judge_slot,
+    wait_reason,
+)
+from ome.controllers.slices.readiness import waited as waited_for
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
