@@ -2,7 +2,7 @@
 regression tests:
 
 - a worker ``size`` the CRD admitted (no maximum then) made B7
-  (``tpuslice.demand.instance_pod_specs``) and ``instances.pod_slots`` build one pod spec per
+  (``tpuslice.placement.instance_pod_specs``) and ``instances.pod_slots`` build one pod spec per
   worker, so ``size: 2**62`` filled the memory of the admission webhook and of every slice
   reconciler pass. The CRDs now cap ``size`` at ``MAX_WORKERS``; a larger size that an older
   CRD let in counts as ``MAX_WORKERS + 1`` pods, and is refused for its pod count;

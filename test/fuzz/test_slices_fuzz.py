@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ome.controllers.slices import plan as slice_plan
 from ome.controllers.slices.model import Pod, Replica, slots_of
 from ome.provider import gke
-from ome.tpuslice import demand as dem
+from ome.tpuslice import placement
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
@@ -194,7 +194,7 @@ def test_the_gate_holds_with_a_reason_or_lets_go(
     for event in [*out.events, *out.notices]:
         assert event.reason and event.message.strip()
     if out.verdict.error:
-        assert out.verdict.error.startswith(dem.E + ": ")
+        assert out.verdict.error.startswith(placement.E + ": ")
         assert set(out.holds) == set(slots)
     for index, name in out.confine.items():
         assert index in slots and name == read.slice_name(slots[index])

@@ -29,8 +29,7 @@ from ome.controllers.slices.model import Pod, Replica, slots_of, wanted_slots
 from ome.durations import parse_go_duration
 from ome.runtime.client import Client
 from ome.runtime.webhook import AdmissionResponse, BadReviewError, parse_review
-from ome.tpuslice import admission
-from ome.tpuslice import demand as dem
+from ome.tpuslice import admission, placement
 from ome.tpuslice.shape import ShapeError
 
 from .replicas import DURATIONS, OPT_IN, any_replicas, nodes, pod_specs, replicas, schema_valid
@@ -213,9 +212,9 @@ def test_demand_is_a_demand_or_a_demand_error(
     specs: list[JSON], reads: frozenset[str] | None
 ) -> None:
     try:
-        found = dem.demand(specs, CONFIG, None if reads is None else set(reads))
-    except dem.DemandError as e:
-        assert str(e).startswith(dem.E + ": ") and len(str(e)) > len(dem.E) + 5
+        found = placement.demand(specs, CONFIG, None if reads is None else set(reads))
+    except placement.DemandError as e:
+        assert str(e).startswith(placement.E + ": ") and len(str(e)) > len(placement.E) + 5
         return
     if found is not None:
         assert found.pods == len(specs) and found.pods * found.chips_per_pod == found.topology.chips
@@ -230,7 +229,7 @@ def test_demand_is_a_demand_or_a_demand_error(
 def test_a_chip_quantity_that_is_none_is_named(value: Any) -> None:
     spec = {"containers": [{"name": "c", "resources": {"limits": {"google.com/tpu": value}}}]}
     try:
-        chips = dem.pod_chips(spec, "google.com/tpu")
+        chips = placement.pod_chips(spec, "google.com/tpu")
     except ShapeError as e:
         assert str(e).startswith('container "c": google.com/tpu limit ') and str(e).endswith(
             "is not a non-negative quantity"
@@ -504,7 +503,7 @@ def test_a_replica_of_any_shape_is_read(obj: JSON) -> None:
     if replica.deleting:
         assert not wanted
     verdict = validation.validate(replica, CONFIG, None)
-    assert not verdict.error or verdict.error.startswith(dem.E + ": ")
+    assert not verdict.error or verdict.error.startswith(placement.E + ": ")
 
 
 @settings(FUZZ, max_examples=100)
@@ -579,7 +578,7 @@ def test_a_chip_quantity_past_the_digit_limit_is_named() -> None:
     for value, shown in ((10**5000, "1.000E+5000"), (-(10**5000), "-1.000E+5000")):
         spec = {"containers": [{"name": "c", "resources": {"limits": {"google.com/tpu": value}}}]}
         try:
-            dem.pod_chips(spec, "google.com/tpu")
+            placement.pod_chips(spec, "google.com/tpu")
         except ShapeError as e:
             assert str(e) == (
                 f'container "c": google.com/tpu limit "{shown}" is not a non-negative quantity'

@@ -33,7 +33,7 @@ from ome.runtime.rest import (
     Rest,
 )
 from ome.tpuslice import naming
-from ome.tpuslice.demand import opted_in
+from ome.tpuslice.placement import opted_in
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from ome_sim.apiserver.faults import Fault
 from ome_sim.gke.model import parse_pools

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from ome.api import v1beta1
 from ome.provider import gke
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import (
     INSTANCE_LABEL,
     MANAGED_BY_LABEL,
@@ -24,6 +23,7 @@ from ome.tpuslice.naming import (
     OWNER_UID_LABEL,
     Slot,
 )
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
 from test.helpers import assert_strings_and_partitions

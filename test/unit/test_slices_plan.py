@@ -26,9 +26,9 @@ from ome.controllers.slices.plan import (
 from ome.controllers.slices.provisioning import Create
 from ome.controllers.slices.readiness import Recycle
 from ome.controllers.slices.validation import Verdict
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
 from test.unit import slicekit

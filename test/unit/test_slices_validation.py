@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ome.controllers.inferencereplica.instances import Hold
 from ome.controllers.slices.model import Event
 from ome.controllers.slices.validation import Verdict, validate, withhold
-from ome.tpuslice.demand import Demand
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from test.unit import slicekit
 from test.unit.slicekit import ACC, BAD, CONFIG, JSON, PROVISION_ONLY, SLICE, TOPO, TPU7X, E

@@ -24,7 +24,7 @@ from ome.controllers.slices.model import Pod, Replica, wanted_slots
 from ome.controllers.slices.validation import Verdict, validate
 from ome.kube import JSON, rfc3339
 from ome.provider import gke
-from ome.tpuslice import demand as shapes
+from ome.tpuslice import placement
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot, slot_for
 from ome.tpuslice.slices import SliceInfo
@@ -187,7 +187,7 @@ def rows(replicas: Iterable[JSON], world: World, config: Config, now: datetime) 
     """The rows of every opted-in replica that provisions Slices (or owns some), by
     namespace, service, component and slot."""
     provision_only = frozenset(
-        a for a in (shapes.provision_only_accelerator(n, config) for n in world.nodes) if a
+        a for a in (placement.provision_only_accelerator(n, config) for n in world.nodes) if a
     )
     parsed = [gke.parse(s) for s in world.slices]
     by_name = {s.name: s for s in parsed}

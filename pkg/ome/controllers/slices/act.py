@@ -30,9 +30,9 @@ from ome.runtime.client import Client, api_error, describe_error
 from ome.runtime.events import WARNING, EventRecorder
 from ome.runtime.expectations import Expectations
 from ome.runtime.rest import NODES, PODS, status_of
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import OWNER_UID_LABEL, Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 

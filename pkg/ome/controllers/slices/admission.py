@@ -18,8 +18,7 @@ from ome.api.v1beta1 import GROUP
 from ome.runtime.client import Client
 from ome.runtime.rest import NODES
 from ome.runtime.webhook import AdmissionRequest, AdmissionResponse
-from ome.tpuslice import admission
-from ome.tpuslice import demand as dem
+from ome.tpuslice import admission, placement
 from ome.tpuslice.types import Config
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ class ReplicaAdmission:
                 if not _LABEL_VALUE.fullmatch(value):
                     continue  # no node carries a value that is not a label value
                 selector = (
-                    f"{dem.provision_only_selector(self.config)},"
+                    f"{placement.provision_only_selector(self.config)},"
                     f"{self.config.accelerator_label}={value}"
                 )
                 nodes = self.client.live_list(NODES, label_selector=selector, limit=1)

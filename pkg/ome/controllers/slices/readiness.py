@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 

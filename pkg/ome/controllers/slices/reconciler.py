@@ -30,8 +30,7 @@ from ome.runtime.expectations import Expectations
 from ome.runtime.informer import Informer, index_by_label, object_key
 from ome.runtime.views import ByVersion
 from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_NORMAL
-from ome.tpuslice import demand as shapes
-from ome.tpuslice import naming
+from ome.tpuslice import naming, placement
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.slices import SliceInfo
@@ -76,7 +75,7 @@ def holder_view(config: Config) -> Callable[[JSON], JSON]:
     def strip(pod: JSON) -> JSON:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         try:
-            chipless = shapes.pod_chips(spec, config.chip_resource) <= 0
+            chipless = placement.pod_chips(spec, config.chip_resource) <= 0
         except ValueError:
             chipless = False  # unreadable chips count as holding
         if chipless:
@@ -202,7 +201,7 @@ class SliceReconcilers:
     # -- observing -----------------------------------------------------------------------
 
     def _provision_only_accelerator(self, node: JSON) -> list[str]:
-        value = shapes.provision_only_accelerator(node, self.config)
+        value = placement.provision_only_accelerator(node, self.config)
         return [value] if value else []
 
     def _provision_only(self) -> frozenset[str]:
@@ -456,7 +455,7 @@ class SliceReconcilers:
         if not node:
             return []
         try:
-            if shapes.pod_chips(pod.get("spec") or {}, self.config.chip_resource) <= 0:
+            if placement.pod_chips(pod.get("spec") or {}, self.config.chip_resource) <= 0:
                 return []
         except ValueError:
             pass  # unreadable chips count as holding

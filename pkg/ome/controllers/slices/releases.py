@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 
 from . import messages
