@@ -120,7 +120,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
             pod_expectations,
         )
         hooks = Hooks(
-            gates=[*hooks.gates, slices.gate], teardown=[*hooks.teardown, slices.teardown]
+            gates=[*hooks.gates, slices.slice_gate], teardown=[*hooks.teardown, slices.teardown]
         )
         informer = slices.slices
         # Each scrape reads every Slice and replica: from the caches themselves (peek_list),

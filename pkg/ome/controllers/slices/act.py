@@ -217,7 +217,10 @@ class SliceActor:
 
     # -- the gate pass -------------------------------------------------------------------
 
-    def gate(self, obs: GateObservation, plan: GatePlan) -> GateOutcome:
+    def apply_gate_plan(self, obs: GateObservation, plan: GatePlan) -> GateOutcome:
+        """Record the plan's Warnings and its notices (once per generation), create its
+        Slices, recycle its timed-out or broken ones, each confirmed on live values first, and
+        observe how long each Slice we created took to be first seen ready."""
         replica = obs.replica
         out = GateOutcome(dict(plan.holds), dict(plan.confine))
         self.record(replica, plan.events)
@@ -383,7 +386,7 @@ class SliceActor:
 
     # -- the release pass ----------------------------------------------------------------
 
-    def release(self, obs: ReleaseObservation, plan: ReleasePlan) -> ReleaseOutcome:
+    def apply_release_plan(self, obs: ReleaseObservation, plan: ReleasePlan) -> ReleaseOutcome:
         """Release the unwanted Slices, then delete the pods of lost ones, each confirmed on
         live values first. Loss detection runs whatever happened to the releases."""
         out = ReleaseOutcome()

@@ -78,7 +78,7 @@ def gate_pass(obs: GateObservation) -> GatePlan:
     if verdict.demand is None or not obs.slots:
         return GatePlan(verdict)
     creates, holds = provisioning.provision(obs.replica, obs.slots, obs.slices, obs.creating)
-    gated = readiness.gate(
+    judged = readiness.judge_slots(
         obs.replica,
         verdict.demand,
         obs.slots,
@@ -88,15 +88,15 @@ def gate_pass(obs: GateObservation) -> GatePlan:
         obs.config,
         obs.now,
     )
-    holds.update(gated.holds)
+    holds.update(judged.holds)
     return GatePlan(
         verdict,
         holds=holds,
         creates=creates,
-        recycles=gated.recycles,
-        events=gated.events,
-        confine=gated.confine,
-        ready=gated.ready,
+        recycles=judged.recycles,
+        events=judged.events,
+        confine=judged.confine,
+        ready=judged.ready,
     )
 
 

@@ -2,7 +2,7 @@
 caches into ``plan``'s observed values), plans, and has ``act`` carry the plan out. Three
 entry points share the caches and the expectations:
 
-- ``gate``, asked by the InferenceReplica pass about the Instances about to get pods: demand
+- ``slice_gate``, asked by the InferenceReplica pass about the Instances about to get pods: demand
   validation, slice provisioning and readiness gating, whose holds that pass settles;
 - the ``tpuslice`` controller, keyed by replica: release and loss detection, woken by any
   change of the replica, its pods, its Slices, their hosts and the pods of others on those
@@ -243,7 +243,9 @@ class SliceReconcilers:
 
     # -- the gate (the InferenceReplica pass) ----------------------------------------------
 
-    def gate(self, raw: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+    def slice_gate(self, raw: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+        """The InferenceReplica pass's gate for TPU slices: observe, plan the gate pass and
+        carry it out; the holds it answers are that pass's to settle."""
         replica = self.replica_view(raw)
         slots = slots_of(replica, pending)
         at = self._at(replica.slice_name(s) for s in slots.values())
@@ -259,7 +261,7 @@ class SliceReconcilers:
             releasing=releasing,
             now=self.clock(),
         )
-        outcome = self.actor.gate(obs, gate_pass(obs))
+        outcome = self.actor.apply_gate_plan(obs, gate_pass(obs))
         selectors = {i: {self.config.slice_label: name} for i, name in outcome.confine.items()}
         return Gated(outcome.holds, selectors, outcome.failed)
 
@@ -293,7 +295,7 @@ class SliceReconcilers:
             nodes=nodes,
             releasing=releasing,
         )
-        outcome = self.actor.release(obs, release_pass(obs))
+        outcome = self.actor.apply_release_plan(obs, release_pass(obs))
         if outcome.failed:
             return Result(requeue=True)
         if outcome.retry_after is not None:
