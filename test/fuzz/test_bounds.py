@@ -46,9 +46,9 @@ _PROBE = textwrap.dedent(
     }
     what = sys.argv[1]
     if what == "webhook":
-        verdict = admission.decide("CREATE", replica, None, config.parse(GUIDE_CONFIG_JSON),
+        decision = admission.decide("CREATE", replica, None, config.parse(GUIDE_CONFIG_JSON),
                                    lambda _: {"tpu7x"})
-        assert not verdict.allowed, verdict
+        assert not decision.allowed, decision
     else:
         Replica.from_json(replica)
     print("decided")

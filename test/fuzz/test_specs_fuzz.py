@@ -58,19 +58,19 @@ DENIAL = "pods cannot be placed on a provisioned slice: "
 READS = st.sampled_from([frozenset({"tpu7x"}), frozenset(), None, frozenset({"tpu7x", "x"})])
 
 
-def check_verdict(verdict: admission.Verdict, new: JSON) -> None:
-    assert isinstance(verdict, admission.Verdict)
-    assert verdict.why
-    if verdict.allowed:
-        assert verdict.message == ""
+def check_decision(decision: admission.Decision, new: JSON) -> None:
+    assert isinstance(decision, admission.Decision)
+    assert decision.why
+    if decision.allowed:
+        assert decision.message == ""
         return
     raw = new.get("metadata")
     meta = raw if isinstance(raw, dict) else {}
-    assert verdict.why == "demand invalid"
-    assert verdict.message.startswith(
+    assert decision.why == "demand invalid"
+    assert decision.message.startswith(
         f"InferenceReplica {meta.get('namespace', '')}/{meta.get('name', '')}: {DENIAL}"
-    ), verdict.message
-    assert len(verdict.message) > len(DENIAL) + 20
+    ), decision.message
+    assert len(decision.message) > len(DENIAL) + 20
 
 
 @settings(FUZZ, max_examples=80)
@@ -85,14 +85,14 @@ def test_the_decision_admits_or_denies_with_a_reason(
     operation: str, new: JSON, old: JSON | None, reads: frozenset[str] | None, configured: bool
 ) -> None:
     before = copy.deepcopy((new, old))
-    verdict = admission.decide(
+    decision = admission.decide(
         operation,
         new,
         old,
         CONFIG if configured else None,
         lambda _: None if reads is None else set(reads),
     )
-    check_verdict(verdict, new)
+    check_decision(decision, new)
     assert (new, old) == before, "the decision never changes its inputs"
 
 
@@ -122,10 +122,10 @@ def test_deeply_nested_replicas_are_decided(depth: int, where: str) -> None:
 
     new = replica()
     for op, previous in (("CREATE", None), ("UPDATE", replica())):
-        verdict = in_thread(
+        decision = in_thread(
             functools.partial(admission.decide, op, new, previous, CONFIG, lambda _: {"tpu7x"})
         )
-        check_verdict(verdict, new)
+        check_decision(decision, new)
 
 
 class _Nodes:

@@ -33,7 +33,7 @@ def provision_only_accelerators(nodes: list[JSON], config: Config) -> set[str]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Decision:
     """Admit or deny; ``why`` names the rule that decided (for logs and tests), ``message``
     is the denial text, and ``log`` a line the caller must log (J2's unchecked admit)."""
 
@@ -75,33 +75,33 @@ def decide(
     old: JSON | None,
     config: Config | None,
     read_nodes: NodeRead,
-) -> Verdict:
+) -> Decision:
     """J2, in order, for a CREATE or UPDATE of an InferenceReplica. ``config`` is None when
     provisioning is off: no configuration, or no Slice CRD (J1)."""
     if config is None:
-        return Verdict(True, "provisioning is off")
+        return Decision(True, "provisioning is off")
     runners = _runners(new)
     if operation == "UPDATE" and old is not None and runners == _runners(old):
-        return Verdict(True, "runners unchanged")
+        return Decision(True, "runners unchanged")
     if not placement.opted_in(runners):
-        return Verdict(True, "not opted in")
+        return Decision(True, "not opted in")
     asked = selected_accelerators(runners, config)
     if operation == "UPDATE" and old is not None:
         asked |= selected_accelerators(_runners(old), config)
     provision_only = read_nodes(frozenset(asked))
     error = _error(runners, config, provision_only)
     if error is None:
-        return Verdict(True, "demand valid")
+        return Decision(True, "demand valid")
     if provision_only is None:
-        return Verdict(True, "nodes unreadable", log=UNCHECKED_LOG)
+        return Decision(True, "nodes unreadable", log=UNCHECKED_LOG)
     if operation == "UPDATE" and old is not None:
         old_runners = _runners(old)
         if (
             placement.opted_in(old_runners)
             and _error(old_runners, config, provision_only) is not None
         ):
-            return Verdict(True, "old object invalid too")
+            return Decision(True, "old object invalid too")
     meta = new.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    return Verdict(False, "demand invalid", message=f"InferenceReplica {name}: {error}")
+    return Decision(False, "demand invalid", message=f"InferenceReplica {name}: {error}")

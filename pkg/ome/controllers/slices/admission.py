@@ -82,11 +82,11 @@ class ReplicaAdmission:
             return AdmissionResponse(
                 True, warnings=("admitted unchecked: the review carries no object",)
             )
-        verdict = admission.decide(
+        decision = admission.decide(
             request.operation, request.object, request.old_object, self.config, self.read_nodes
         )
-        if verdict.log:
-            log.warning(verdict.log, extra={"replica": f"{request.namespace}/{request.name}"})
-        if verdict.allowed:
+        if decision.log:
+            log.warning(decision.log, extra={"replica": f"{request.namespace}/{request.name}"})
+        if decision.allowed:
             return AdmissionResponse(True)
-        return AdmissionResponse(False, message=verdict.message, code=403, reason="Forbidden")
+        return AdmissionResponse(False, message=decision.message, code=403, reason="Forbidden")
