@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
-from ome.controllers.setup import setup
+from ome.controllers.setup import setup_controllers
 from ome.controllers.slices import messages
 from ome.provider import gke
 from ome.runtime.manager import Manager, ManagerOptions
@@ -218,7 +218,7 @@ def _start_manager(
     manager_api = client.ApiClient(cluster.api.configuration)
     manager_api.user_agent = MANAGER_AGENT
     manager = Manager(Rest(manager_api), options, registry=registry)
-    setup(manager)
+    setup_controllers(manager)
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()

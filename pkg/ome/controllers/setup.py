@@ -87,7 +87,7 @@ def _serves(client: Client) -> bool:
         ) from e
 
 
-def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
+def setup_controllers(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
     """Add the controllers; raises ``ConfigError`` for an invalid slice configuration and
     ``StartupError`` for a start-up read that keeps failing."""
     inf = manager.informers

@@ -18,8 +18,7 @@ from types import FrameType
 from kubernetes import client, config
 
 from ome import VersionAction, __version__, source_commit, user_agent
-from ome.controllers.setup import StartupError
-from ome.controllers.setup import setup as setup_controllers
+from ome.controllers.setup import StartupError, setup_controllers
 from ome.durations import parse_go_duration
 from ome.runtime.logs import configure_logging
 from ome.runtime.manager import Manager, ManagerOptions, default_identity

@@ -67,7 +67,7 @@ class Reply:
         return HTTPHeaderDict(_normalize_header_values(self.message))
 
 
-def exchange(
+def round_trip(
     pool: HTTPConnectionPool,
     method: str,
     url: str,
