@@ -46,7 +46,7 @@ _PROBE = textwrap.dedent(
     }
     what = sys.argv[1]
     if what == "webhook":
-        decision = admission.decide("CREATE", replica, None, config.parse(GUIDE_CONFIG_JSON),
+        decision = admission.decide("CREATE", replica, None, config.parse_config(GUIDE_CONFIG_JSON),
                                    lambda _: {"tpu7x"})
         assert not decision.allowed, decision
     else:

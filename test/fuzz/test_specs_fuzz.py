@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.controllers.inferencereplica import instances
 from ome.controllers.inferenceservice import project
-from ome.controllers.slices import admission as replica_admission
 from ome.controllers.slices import validation
+from ome.controllers.slices.admission import ReplicaAdmission
 from ome.controllers.slices.model import Pod, Replica, slots_of, wanted_slots
 from ome.durations import parse_go_duration
 from ome.runtime.client import Client
@@ -188,9 +188,7 @@ def test_the_webhook_handler_answers_every_request(
     except BadReviewError as e:
         assert str(e)
         return
-    handler = replica_admission.ReplicaAdmission(
-        cast(Client, _Nodes(answer)), CONFIG if configured else None
-    )
+    handler = ReplicaAdmission(cast(Client, _Nodes(answer)), CONFIG if configured else None)
     response = handler(parsed)
     assert isinstance(response, AdmissionResponse)
     if not response.allowed:

@@ -37,7 +37,7 @@ from ome.tpuslice.placement import opted_in
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from ome_sim.apiserver.faults import Fault
 from ome_sim.gke.model import parse_pools
-from ome_sim.gke.provider import Options, Provider, install_slice_crd
+from ome_sim.gke.provider import Informer, Options, Provider, install_slice_crd
 from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
 from test.integration.test_omenative import MODEL, NS, RUNTIME, isvc
@@ -164,10 +164,8 @@ def make_env(
             Options(activation_delay=activation_delay, heartbeat_interval=5, scheduler="on"),
         )
     else:
-        from ome_sim.gke import provider as sim
-
         provider = Provider(rest, parse_pools(pools), Options(heartbeat_interval=5, scheduler="on"))
-        provider.slices = sim.Informer(rest, NAMESPACES)  # nothing to watch without the CRD
+        provider.slices = Informer(rest, NAMESPACES)  # nothing to watch without the CRD
     provider.start()
     rest.create(NAMESPACES, {"metadata": {"name": "ome"}})
     if config is not None:

@@ -224,7 +224,7 @@ def test_a_malformed_row_prints_never_raises(row: JSON, pods: list[Any]) -> None
 
 # -- slices ------------------------------------------------------------------------------
 
-CONFIG = config.parse(GUIDE_CONFIG_JSON)
+CONFIG = config.parse_config(GUIDE_CONFIG_JSON)
 assert CONFIG is not None
 
 

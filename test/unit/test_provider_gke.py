@@ -27,15 +27,15 @@ from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
 from test.helpers import assert_strings_and_partitions
-from test.unit.slicekit import CONFIG as GUIDE
+from test.unit import slicekit
 from test.unit.slicekit import JSON, NAME, NAMESPACE, ONE_HOST, READY_STATES, TPU7X, UID
 
 REPLICA: JSON = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID}}
 #: The guide's configuration, copying a pod annotation onto Slices and without a ready timeout.
 CONFIG = replace(
-    GUIDE,
+    slicekit.CONFIG,
     slice=replace(
-        GUIDE.slice,
+        slicekit.CONFIG.slice,
         pod_annotations=("team.example.com/cost-center", "team.example.com/absent"),
         ready_timeout=None,
     ),

@@ -22,8 +22,8 @@ from ome.controllers.slices.readiness import (
     judge_slot,
     judge_slots,
     wait_reason,
+    waited,
 )
-from ome.controllers.slices.readiness import waited as waited_for
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
@@ -178,7 +178,7 @@ def test_a_replica_without_a_uid_owns_no_slice() -> None:
 def test_the_wait_is_measured_from_the_last_transition_or_else_the_creation(
     found: SliceInfo, expected: timedelta | None
 ) -> None:
-    assert waited_for(found, NOW) == expected
+    assert waited(found, NOW) == expected
 
 
 # -- judge_slot: E3 holds ---------------------------------------------------------------------

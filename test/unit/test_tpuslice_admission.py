@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.tpuslice import config as cfg
 from ome.tpuslice.admission import UNCHECKED_LOG, Decision, decide, provision_only_accelerators
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.admission_cases import CASES, IDLE_CHIPS, VALID, Case, replica, runner
 
-CONFIG = cfg.parse(GUIDE_CONFIG_JSON)
+CONFIG = parse_config(GUIDE_CONFIG_JSON)
 assert CONFIG is not None
 
 

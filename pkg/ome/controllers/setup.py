@@ -25,7 +25,7 @@ from ome.runtime.expectations import Expectations
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
 from ome.runtime.workqueue import PRIORITY_HIGH
-from ome.tpuslice.config import parse as parse_config
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.types import Config
 
 from .inferencereplica.controller import (

@@ -73,7 +73,7 @@ class ConfigError(ValueError):
         super().__init__(f"{INVALID_CONFIG}: " + "\n".join(self.errors))
 
 
-def parse(text: str | None) -> Config | None:
+def parse_config(text: str | None) -> Config | None:
     """A1: ``None`` or whitespace-only text turns provisioning off (``None``); anything else
     must decode (A2) and validate (A4), else ``ConfigError`` with every error."""
     if text is None or not text.strip():
@@ -719,7 +719,7 @@ __all__ = [
     "decode",
     "format_go_duration",
     "json_schema",
-    "parse",
+    "parse_config",
     "parse_go_duration",
     "too_deep",
     "validate",
