@@ -50,6 +50,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python hack/check-rule-ids.py
+	$(BIN)/python hack/check-names.py pkg
 	$(BIN)/python -m ome.api.crdgen --check config/crd
 	$(BIN)/python -m ome.entrypoints.chartschema --check charts/ome-resources/values.schema.json
 	for script in hack/*.sh hack/lib/*.sh .ci/run; do bash -n "$$script" || exit 1; done

@@ -2,7 +2,7 @@
 
 import sys
 
-from ome.cli.main import main
+from ome.cli.plugin import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -577,8 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--slice-ready-timeout",
         type=_go_duration,
         metavar="DURATION",
-        help="slice.readyTimeout in the configuration (default: 10m, as in the walkthrough); a short one "
-        "shows SliceReadyTimeout quickly",
+        help="slice.readyTimeout in the configuration (default: 10m, as in the walkthrough); "
+        "a short one shows SliceReadyTimeout quickly",
     )
     _provider_flags(run)
     run.set_defaults(func=_run)
@@ -736,8 +736,8 @@ def _fault_kinds(text: str) -> tuple[str, ...]:
 
 
 def _soak(args: argparse.Namespace) -> int:
-    from .soak import run as soak_run  # noqa: PLC0415 - only this subcommand needs it
     from .soak.plan import FAULTS, make_plan  # noqa: PLC0415
+    from .soak.run import run  # noqa: PLC0415 - only this subcommand needs it
 
     faults = args.faults or tuple(FAULTS)
     if args.plan:
@@ -749,7 +749,7 @@ def _soak(args: argparse.Namespace) -> int:
         except BrokenPipeError:  # a reader such as head that stopped reading
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    return soak_run.run(args.minutes, args.seed, args.out, faults, args.sabotage)
+    return run(args.minutes, args.seed, args.out, faults, args.sabotage)
 
 
 def _bench(args: argparse.Namespace) -> int:

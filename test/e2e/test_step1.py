@@ -132,7 +132,7 @@ def guide(environment: Environment, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def test_the_docs_show_these_commands() -> None:
-    """The README's Step 1 shows the guide's commands; docs/control-plane.md shows the case
+    """The README's Step 1 shows the walkthrough's commands; docs/control-plane.md shows the case
     of a manager started without the Slice CRD."""
     readme = (ROOT / "README.md").read_text()
     shown = GUIDE_UPGRADE.replace(

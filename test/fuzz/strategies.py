@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from ome.tpuslice.config import MAX_DEPTH, parse
+from ome.tpuslice.config import MAX_DEPTH, parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
 _T = TypeVar("_T")
@@ -25,7 +25,7 @@ Path = tuple[str | int, ...]
 
 
 def _guide_config() -> Config:
-    config = parse(GUIDE_CONFIG_JSON)
+    config = parse_config(GUIDE_CONFIG_JSON)
     assert config is not None
     return config
 

@@ -2,7 +2,7 @@
 regression tests:
 
 - a worker ``size`` the CRD admitted (no maximum then) made B7
-  (``tpuslice.demand.instance_pod_specs``) and ``instances.pod_slots`` build one pod spec per
+  (``tpuslice.placement.instance_pod_specs``) and ``instances.pod_slots`` build one pod spec per
   worker, so ``size: 2**62`` filled the memory of the admission webhook and of every slice
   reconciler pass. The CRDs now cap ``size`` at ``MAX_WORKERS``; a larger size that an older
   CRD let in counts as ``MAX_WORKERS + 1`` pods, and is refused for its pod count;
@@ -46,9 +46,9 @@ _PROBE = textwrap.dedent(
     }
     what = sys.argv[1]
     if what == "webhook":
-        verdict = admission.decide("CREATE", replica, None, config.parse(GUIDE_CONFIG_JSON),
+        decision = admission.decide("CREATE", replica, None, config.parse_config(GUIDE_CONFIG_JSON),
                                    lambda _: {"tpu7x"})
-        assert not verdict.allowed, verdict
+        assert not decision.allowed, decision
     else:
         Replica.from_json(replica)
     print("decided")

@@ -1,11 +1,11 @@
 """Fuzzing the ``tpuSliceProvisioning`` configuration (A1 to A5) through its three doors:
-the pure parser (``config.parse``, ``validate``), ``ome-manager check-config`` run in-process,
+the pure parser (``parse_config``, ``validate``), ``ome-manager check-config`` run in-process,
 and the manager's load from the ConfigMap (``setup.load_config``).
 
 Whatever the text, each must reach a clear answer: a ``Config``, provisioning off, or a
 ``ConfigError`` whose every error is a non-empty line naming the field at fault;
 check-config prints ``ok``, or ``invalid tpuSliceProvisioning config:`` and the very errors
-``parse`` gives, or one ``ome-manager check-config: error: ...`` line; never a traceback.
+``parse_config`` gives, or one ``ome-manager check-config: error: ...`` line; never a traceback.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ from kubernetes.client.exceptions import ApiException
 from ome.controllers.setup import CONFIG_KEY, CONFIG_MAP, StartupError, load_config
 from ome.entrypoints import checkconfig
 from ome.runtime.client import Client
-from ome.tpuslice import config as cfg
+from ome.tpuslice.config import (
+    EXPECTED_OBJECT,
+    INVALID_CONFIG,
+    MAX_DEPTH,
+    TOO_DEEP,
+    ConfigError,
+    parse_config,
+    validate,
+)
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
 from .strategies import (
@@ -41,16 +49,16 @@ from .strategies import (
 )
 
 GUIDE: dict[str, Any] = json.loads(GUIDE_CONFIG_JSON)
-PREFIX = f"{cfg.INVALID_CONFIG}: "
+PREFIX = f"{INVALID_CONFIG}: "
 USAGE = "ome-manager check-config: error: "
 
 
 def outcome(text: str | None) -> tuple[str, tuple[str, ...]]:
-    """``parse``'s verdict as plain data, checked for clarity on the way: ``("ok", ())``,
+    """``parse_config``'s verdict as plain data, checked for clarity on the way: ``("ok", ())``,
     ``("off", ())``, or ``("invalid", errors)``. Any other exception fails the test."""
     try:
-        parsed = cfg.parse(text)
-    except cfg.ConfigError as err:
+        parsed = parse_config(text)
+    except ConfigError as err:
         assert err.errors, "a ConfigError carries at least one error"
         for error in err.errors:
             assert isinstance(error, str) and error.strip(), err.errors
@@ -94,7 +102,7 @@ def test_any_text_parses_or_gets_clear_errors(text: str, data: st.DataObject) ->
         text = _char_mutant(text, data)
     verdict, errors = outcome(text)
     if verdict == "invalid" and not text.strip().startswith("{"):
-        assert errors == (cfg.EXPECTED_OBJECT,)
+        assert errors == (EXPECTED_OBJECT,)
 
 
 @st.composite
@@ -157,8 +165,8 @@ def test_deep_nesting_anywhere_is_too_deep_or_a_type_error(
     )
     verdict, errors = outcome(text)
     # ``path`` lies inside len(path) arrays and objects, the root included.
-    if depth + len(path) > cfg.MAX_DEPTH:
-        assert errors == (cfg.TOO_DEEP,)
+    if depth + len(path) > MAX_DEPTH:
+        assert errors == (TOO_DEEP,)
     else:
         assert verdict == "invalid"
         assert any(str(path[0]) in error for error in errors), errors
@@ -187,7 +195,7 @@ def test_numbers_python_cannot_hold_are_clear_errors(path: Path, literal: str) -
     raw=st.dictionaries(st.one_of(KEYS, st.sampled_from(list(GUIDE))), json_values(), max_size=6)
 )
 def test_validate_never_raises_whatever_the_values(raw: dict[str, Any]) -> None:
-    errors = cfg.validate(raw)
+    errors = validate(raw)
     assert isinstance(errors, list)
     assert all(isinstance(e, str) and e.strip() for e in errors)
 
@@ -218,7 +226,7 @@ def assert_clear_verdict(rc: int, stdout: list[str], stderr: list[str]) -> None:
     if rc == 0:
         assert stdout in (["ok"], [checkconfig.OFF]) and stderr == []
     elif rc == 1:
-        assert stdout[0] == f"{cfg.INVALID_CONFIG}:" and len(stdout) >= 2, stdout
+        assert stdout[0] == f"{INVALID_CONFIG}:" and len(stdout) >= 2, stdout
         assert all(line.strip() for line in stdout[1:]), stdout
         assert stderr == []
     else:
@@ -231,7 +239,7 @@ def expected_lines(verdict: tuple[str, tuple[str, ...]]) -> tuple[int, list[str]
     """What check-config must print for ``parse``'s verdict: it adds no rule of its own."""
     kind, errors = verdict
     if kind == "invalid":
-        return 1, [f"{cfg.INVALID_CONFIG}:", *errors]
+        return 1, [f"{INVALID_CONFIG}:", *errors]
     return 0, ["ok" if kind == "ok" else checkconfig.OFF]
 
 
@@ -248,7 +256,7 @@ def test_check_config_prints_exactly_what_parse_says(text: str) -> None:
     assert_clear_verdict(rc, stdout, stderr)
     if "ome" not in text and "ConfigMap" not in text and "\\" not in text:  # the block as written
         expected = expected_lines(outcome(text))
-        if expected == (1, [f"{cfg.INVALID_CONFIG}:", cfg.EXPECTED_OBJECT]):
+        if expected == (1, [f"{INVALID_CONFIG}:", EXPECTED_OBJECT]):
             # no block at all: check-config says what the file holds instead
             prefix = checkconfig.not_an_object("")
             assert rc == 1 and len(stdout) == 2 and stdout[1].startswith(prefix), stdout
@@ -470,7 +478,7 @@ def test_the_manager_loads_the_configmap_or_says_why_not(data: Any) -> None:
     text = (data or {}).get(CONFIG_KEY)
     verdict = outcome(text)
     if verdict[0] == "invalid":
-        with pytest.raises(cfg.ConfigError) as raised:
+        with pytest.raises(ConfigError) as raised:
             load_config(client, "ome")
         assert raised.value.errors == verdict[1]
         return
@@ -507,4 +515,4 @@ def test_a_map_key_with_a_line_break_keeps_every_error_on_one_line(key: str) -> 
     assert any(f"accelerators[{escaped}]" in error for error in errors), errors
     assert any(f"slice.annotations[{escaped}]" in error for error in errors), errors
     rc, stdout, stderr = check(["-"], json.dumps(block))
-    assert (rc, stdout, stderr) == (1, [f"{cfg.INVALID_CONFIG}:", *errors], [])
+    assert (rc, stdout, stderr) == (1, [f"{INVALID_CONFIG}:", *errors], [])

@@ -18,10 +18,10 @@ from typing import Any, cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.slices import plan as slice_plan
 from ome.controllers.slices.model import Pod, Replica, slots_of
+from ome.controllers.slices.plan import GateObservation, ReleaseObservation, gate_pass, release_pass
 from ome.provider import gke
-from ome.tpuslice import demand as dem
+from ome.tpuslice import placement
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
@@ -176,7 +176,7 @@ def test_the_gate_holds_with_a_reason_or_lets_go(
     for slot, info in zip(slots.values(), infos, strict=False):
         named[read.slice_name(slot)] = info
     hosts = {name: tuple(Host.from_node(n, SLICE) for n in raw_nodes) for name in named}
-    obs = slice_plan.GateObservation(
+    obs = GateObservation(
         replica=read,
         config=CONFIG,
         slots=slots,
@@ -187,14 +187,14 @@ def test_the_gate_holds_with_a_reason_or_lets_go(
         releasing=frozenset(),
         now=NOW,
     )
-    out = slice_plan.gate_pass(obs)
+    out = gate_pass(obs)
     assert set(out.holds) <= set(slots)
     for hold in out.holds.values():
         assert hold.token and hold.message.strip()
     for event in [*out.events, *out.notices]:
         assert event.reason and event.message.strip()
     if out.verdict.error:
-        assert out.verdict.error.startswith(dem.E + ": ")
+        assert out.verdict.error.startswith(placement.E + ": ")
         assert set(out.holds) == set(slots)
     for index, name in out.confine.items():
         assert index in slots and name == read.slice_name(slots[index])
@@ -238,7 +238,7 @@ def test_the_release_pass_releases_only_ours(
     pods = tuple(
         Pod.from_json(p if isinstance(p, dict) else {}, SLICE, "google.com/tpu") for p in raw_pods
     )
-    obs = slice_plan.ReleaseObservation(
+    obs = ReleaseObservation(
         replica=read,
         config=CONFIG,
         provision_only=provision_only,
@@ -248,7 +248,7 @@ def test_the_release_pass_releases_only_ours(
         nodes={"n1": None},
         releasing=frozenset(),
     )
-    out = slice_plan.release_pass(obs)
+    out = release_pass(obs)
     assert all(s in owned for s in out.releases), "only our own Slices are ever released"
     assert all(isinstance(name, str) for name in out.suspects)
     if read.deleting:
@@ -280,9 +280,9 @@ def test_a_slot_without_a_slice_is_provisioned() -> None:
             },
         }
     )
-    obs = slice_plan.GateObservation(
+    obs = GateObservation(
         read, CONFIG, {0: Slot(0, 0)}, frozenset({"tpu7x"}), {}, {}, frozenset(), frozenset(), NOW
     )
-    out = slice_plan.gate_pass(obs)
+    out = gate_pass(obs)
     assert [c.name for c in out.creates] == [read.slice_name(Slot(0, 0))]
     assert set(out.holds) == {0}

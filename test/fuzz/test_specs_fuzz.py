@@ -23,14 +23,13 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.controllers.inferencereplica import instances
 from ome.controllers.inferenceservice import project
-from ome.controllers.slices import admission as replica_admission
-from ome.controllers.slices import demand as slice_demand
+from ome.controllers.slices import validation
+from ome.controllers.slices.admission import ReplicaAdmission
 from ome.controllers.slices.model import Pod, Replica, slots_of, wanted_slots
 from ome.durations import parse_go_duration
 from ome.runtime.client import Client
 from ome.runtime.webhook import AdmissionResponse, BadReviewError, parse_review
-from ome.tpuslice import admission
-from ome.tpuslice import demand as dem
+from ome.tpuslice import admission, placement
 from ome.tpuslice.shape import ShapeError
 
 from .replicas import DURATIONS, OPT_IN, any_replicas, nodes, pod_specs, replicas, schema_valid
@@ -59,19 +58,19 @@ DENIAL = "pods cannot be placed on a provisioned slice: "
 READS = st.sampled_from([frozenset({"tpu7x"}), frozenset(), None, frozenset({"tpu7x", "x"})])
 
 
-def check_verdict(verdict: admission.Verdict, new: JSON) -> None:
-    assert isinstance(verdict, admission.Verdict)
-    assert verdict.why
-    if verdict.allowed:
-        assert verdict.message == ""
+def check_decision(decision: admission.Decision, new: JSON) -> None:
+    assert isinstance(decision, admission.Decision)
+    assert decision.why
+    if decision.allowed:
+        assert decision.message == ""
         return
     raw = new.get("metadata")
     meta = raw if isinstance(raw, dict) else {}
-    assert verdict.why == "demand invalid"
-    assert verdict.message.startswith(
+    assert decision.why == "demand invalid"
+    assert decision.message.startswith(
         f"InferenceReplica {meta.get('namespace', '')}/{meta.get('name', '')}: {DENIAL}"
-    ), verdict.message
-    assert len(verdict.message) > len(DENIAL) + 20
+    ), decision.message
+    assert len(decision.message) > len(DENIAL) + 20
 
 
 @settings(FUZZ, max_examples=80)
@@ -86,14 +85,14 @@ def test_the_decision_admits_or_denies_with_a_reason(
     operation: str, new: JSON, old: JSON | None, reads: frozenset[str] | None, configured: bool
 ) -> None:
     before = copy.deepcopy((new, old))
-    verdict = admission.decide(
+    decision = admission.decide(
         operation,
         new,
         old,
         CONFIG if configured else None,
         lambda _: None if reads is None else set(reads),
     )
-    check_verdict(verdict, new)
+    check_decision(decision, new)
     assert (new, old) == before, "the decision never changes its inputs"
 
 
@@ -123,10 +122,10 @@ def test_deeply_nested_replicas_are_decided(depth: int, where: str) -> None:
 
     new = replica()
     for op, previous in (("CREATE", None), ("UPDATE", replica())):
-        verdict = in_thread(
+        decision = in_thread(
             functools.partial(admission.decide, op, new, previous, CONFIG, lambda _: {"tpu7x"})
         )
-        check_verdict(verdict, new)
+        check_decision(decision, new)
 
 
 class _Nodes:
@@ -189,9 +188,7 @@ def test_the_webhook_handler_answers_every_request(
     except BadReviewError as e:
         assert str(e)
         return
-    handler = replica_admission.ReplicaAdmission(
-        cast(Client, _Nodes(answer)), CONFIG if configured else None
-    )
+    handler = ReplicaAdmission(cast(Client, _Nodes(answer)), CONFIG if configured else None)
     response = handler(parsed)
     assert isinstance(response, AdmissionResponse)
     if not response.allowed:
@@ -213,9 +210,9 @@ def test_demand_is_a_demand_or_a_demand_error(
     specs: list[JSON], reads: frozenset[str] | None
 ) -> None:
     try:
-        found = dem.demand(specs, CONFIG, None if reads is None else set(reads))
-    except dem.DemandError as e:
-        assert str(e).startswith(dem.E + ": ") and len(str(e)) > len(dem.E) + 5
+        found = placement.demand(specs, CONFIG, None if reads is None else set(reads))
+    except placement.DemandError as e:
+        assert str(e).startswith(placement.E + ": ") and len(str(e)) > len(placement.E) + 5
         return
     if found is not None:
         assert found.pods == len(specs) and found.pods * found.chips_per_pod == found.topology.chips
@@ -230,7 +227,7 @@ def test_demand_is_a_demand_or_a_demand_error(
 def test_a_chip_quantity_that_is_none_is_named(value: Any) -> None:
     spec = {"containers": [{"name": "c", "resources": {"limits": {"google.com/tpu": value}}}]}
     try:
-        chips = dem.pod_chips(spec, "google.com/tpu")
+        chips = placement.pod_chips(spec, "google.com/tpu")
     except ShapeError as e:
         assert str(e).startswith('container "c": google.com/tpu limit ') and str(e).endswith(
             "is not a non-negative quantity"
@@ -503,8 +500,8 @@ def test_a_replica_of_any_shape_is_read(obj: JSON) -> None:
     assert all(s.instance >= 0 and s.ordinal in (0, 1) for s in wanted)
     if replica.deleting:
         assert not wanted
-    verdict = slice_demand.validate(replica, CONFIG, None)
-    assert not verdict.error or verdict.error.startswith(dem.E + ": ")
+    verdict = validation.validate(replica, CONFIG, None)
+    assert not verdict.error or verdict.error.startswith(placement.E + ": ")
 
 
 @settings(FUZZ, max_examples=100)
@@ -579,7 +576,7 @@ def test_a_chip_quantity_past_the_digit_limit_is_named() -> None:
     for value, shown in ((10**5000, "1.000E+5000"), (-(10**5000), "-1.000E+5000")):
         spec = {"containers": [{"name": "c", "resources": {"limits": {"google.com/tpu": value}}}]}
         try:
-            dem.pod_chips(spec, "google.com/tpu")
+            placement.pod_chips(spec, "google.com/tpu")
         except ShapeError as e:
             assert str(e) == (
                 f'container "c": google.com/tpu limit "{shown}" is not a non-negative quantity'

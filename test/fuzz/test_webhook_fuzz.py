@@ -25,23 +25,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.slices import admission as replica_admission
+from ome.controllers.slices.admission import PATH, ReplicaAdmission
 from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.client import Client
 from ome.runtime.webhook import MAX_BODY, BadReviewError, WebhookServer, parse_review
-from ome.tpuslice import config as cfg
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.helpers import StaticCerts
 
 from .replicas import ACC, PROVISION_ONLY, any_replicas, replicas
 from .strategies import DEPTHS, FUZZ, JSON, TEXT, json_values, mutants, nested_text
 
-PATH = replica_admission.PATH
 DENIAL = "pods cannot be placed on a provisioned slice: "
 ANSWERS = {200, 400, 404, 405, 411, 413, 414, 431}
 #: How ``runtime.webhook.unchecked`` words a handler that raised.
 CRASHED = "admitted unchecked: the webhook failed: "
-CONFIG = cfg.parse(GUIDE_CONFIG_JSON)
+CONFIG = parse_config(GUIDE_CONFIG_JSON)
 
 
 class _Nodes:
@@ -119,7 +118,7 @@ def webhook() -> Iterator[Webhook]:
     ca = generate_ca("fuzz-ca")
     pair = issue_serving_cert(ca, ["webhook.fuzz.svc"], ["127.0.0.1"])
     server = WebhookServer("127.0.0.1", 0, StaticCerts(pair))
-    server.register(PATH, replica_admission.ReplicaAdmission(cast(Client, _Nodes()), CONFIG))
+    server.register(PATH, ReplicaAdmission(cast(Client, _Nodes()), CONFIG))
     problems = _Problems()
     logger = logging.getLogger("ome")
     logger.addHandler(problems)

@@ -1,4 +1,4 @@
-"""``exchange`` against urllib3's own way through the same pool (``urlopen``, then ``read``):
+"""``round_trip`` against urllib3's own way through the same pool (``urlopen``, then ``read``):
 the same answer for each kind of response, the same exception (type and text) for each
 fault, the connection kept alive or dropped as urllib3 would, and no pool slot lost.
 
@@ -27,7 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
-from ome.runtime.exchange import exchange
+from ome.runtime.exchange import round_trip
 from ome.runtime.rest import Rest
 
 BODY = b'{"kind":"ConfigMap","metadata":{"name":"m"}}'
@@ -175,7 +175,7 @@ def _by_urlopen(
 def _by_exchange(
     pool: urllib3.HTTPConnectionPool, method: str, path: str, body: bytes | None, timeout: float
 ) -> tuple[Any, ...]:
-    reply = exchange(
+    reply = round_trip(
         pool,
         method,
         path,

@@ -24,7 +24,7 @@ from ome.api.v1beta1 import (
 )
 from ome.controllers.inferencereplica.controller import Gated, Hooks
 from ome.controllers.inferencereplica.instances import Hold
-from ome.controllers.setup import setup
+from ome.controllers.setup import setup_controllers
 from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, PODS, Rest
@@ -151,7 +151,7 @@ def env(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
         ),
         registry=CollectorRegistry(),
     )
-    setup(manager, Hooks(gates=[test_gate]))
+    setup_controllers(manager, Hooks(gates=[test_gate]))
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()

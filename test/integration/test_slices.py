@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
-from ome.controllers.setup import setup
+from ome.controllers.setup import setup_controllers
 from ome.controllers.slices import messages
 from ome.provider import gke
 from ome.runtime.manager import Manager, ManagerOptions
@@ -33,11 +33,11 @@ from ome.runtime.rest import (
     Rest,
 )
 from ome.tpuslice import naming
-from ome.tpuslice.demand import opted_in
+from ome.tpuslice.placement import opted_in
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from ome_sim.apiserver.faults import Fault
 from ome_sim.gke.model import parse_pools
-from ome_sim.gke.provider import Options, Provider, install_slice_crd
+from ome_sim.gke.provider import Informer, Options, Provider, install_slice_crd
 from test.cluster import Cluster, Kubectl
 from test.helpers import eventually, gone
 from test.integration.test_omenative import MODEL, NS, RUNTIME, isvc
@@ -164,10 +164,8 @@ def make_env(
             Options(activation_delay=activation_delay, heartbeat_interval=5, scheduler="on"),
         )
     else:
-        from ome_sim.gke import provider as sim
-
         provider = Provider(rest, parse_pools(pools), Options(heartbeat_interval=5, scheduler="on"))
-        provider.slices = sim.Informer(rest, NAMESPACES)  # nothing to watch without the CRD
+        provider.slices = Informer(rest, NAMESPACES)  # nothing to watch without the CRD
     provider.start()
     rest.create(NAMESPACES, {"metadata": {"name": "ome"}})
     if config is not None:
@@ -218,7 +216,7 @@ def _start_manager(
     manager_api = client.ApiClient(cluster.api.configuration)
     manager_api.user_agent = MANAGER_AGENT
     manager = Manager(Rest(manager_api), options, registry=registry)
-    setup(manager)
+    setup_controllers(manager)
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()

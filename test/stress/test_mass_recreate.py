@@ -20,7 +20,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
-from ome.controllers.setup import setup
+from ome.controllers.setup import setup_controllers
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import NAMESPACES, PODS, Rest
 from ome_sim.gke.model import parse_pools
@@ -61,7 +61,7 @@ def stage(cluster: Cluster, kubectl: Kubectl) -> Iterator[Rest]:
         ManagerOptions(namespace="ome", metrics_bind_address="0", health_probe_bind_address="0"),
         registry=CollectorRegistry(),
     )
-    setup(manager)
+    setup_controllers(manager)
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()

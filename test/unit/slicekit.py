@@ -19,10 +19,10 @@ from typing import Any
 from ome.controllers.setup import NEVER_FILTERED
 from ome.controllers.slices.model import Pod, Replica
 from ome.runtime.events import EventRecorder, spam_key_by_reason
-from ome.tpuslice.config import parse
-from ome.tpuslice.demand import Demand
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
@@ -72,7 +72,7 @@ BAD = (
 
 def _guide_config() -> Config:
     """The walkthrough's configuration, parsed (it always parses)."""
-    config = parse(GUIDE_CONFIG_JSON)
+    config = parse_config(GUIDE_CONFIG_JSON)
     assert config is not None
     return config
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from ome.controllers.slices.metrics import SliceGauge, SliceMetrics
 from ome.runtime.manager import LeaderStatus
-from ome.tpuslice.config import parse
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.unit.test_chart import ROOT, one, render
@@ -50,7 +50,7 @@ def served() -> dict[str, set[str]]:
     its label names, read from the collectors themselves, each made to hold a sample: a
     failed create, and one Slice waiting for a partition."""
     registry = CollectorRegistry()
-    metrics = SliceMetrics(parse(GUIDE_CONFIG_JSON), registry)
+    metrics = SliceMetrics(parse_config(GUIDE_CONFIG_JSON), registry)
     metrics.create_failures.labels("tpu7x", "2x2x1", "Forbidden").inc()
     waiting = SliceInfo(
         name="s", uid="u", owner_uid="r", slice_type="tpu7x", topology="2x2x1", created=NOW

@@ -173,7 +173,7 @@ def _mutations() -> Iterator[tuple[str, dict[str, Any]]]:
 
 def _parser_accepts(block: dict[str, Any]) -> bool:
     try:
-        config.parse(json.dumps(block))
+        config.parse_config(json.dumps(block))
     except config.ConfigError:
         return False
     return True

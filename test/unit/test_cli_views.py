@@ -61,13 +61,13 @@ def held_row(
     }
 
 
-def view(row: JSON, pods: list[JSON] | None = None) -> instance.InstanceStatus:
+def view(row: JSON, pods: list[JSON] | None = None) -> instance.StatusView:
     return instance.status(
         "svc", "ns", "engine", "svc-engine", row, pods or [], NOW, "cloud.google.com/gke-tpu-slice"
     )
 
 
-def values(v: instance.InstanceStatus) -> dict[str, list[str]]:
+def values(v: instance.StatusView) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for row in v.rows:
         out.setdefault(row.name, []).append(row.value())
@@ -224,7 +224,7 @@ def test_a_malformed_row_prints_never_raises(row: JSON, pods: list[Any]) -> None
 
 # -- slices ------------------------------------------------------------------------------
 
-CONFIG = config.parse(GUIDE_CONFIG_JSON)
+CONFIG = config.parse_config(GUIDE_CONFIG_JSON)
 assert CONFIG is not None
 
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("docs/commands.md", "docs/architecture.md")
 #: Where each top-level package's source is.
 SOURCES = {"ome": ROOT / "pkg", "ome_sim": ROOT / "stage"}
-#: A code span that names a module, and perhaps a name in it: `ome.cli.main:main`.
+#: A code span that names a module, and perhaps a name in it: `ome.cli.plugin:main`.
 REFERENCE = re.compile(r"`((?:ome|ome_sim)(?:\.[a-z_][a-z0-9_]*)*)(?::([A-Za-z_][\w.]*))?`")
 
 
@@ -86,6 +86,6 @@ def test_each_reference_exists(page: str, module: str, name: str) -> None:
 
 def test_a_reference_to_nothing_fails() -> None:
     assert module_file("ome.cli.nothing") is None
-    assert not resolves("ome.cli.main", "no_such_function")
+    assert not resolves("ome.cli.plugin", "no_such_function")
     assert not resolves("ome.controllers.slices.act", "SliceActor.no_such_method")
-    assert resolves("ome.controllers.slices.act", "SliceActor.gate")
+    assert resolves("ome.controllers.slices.act", "SliceActor.apply_gate_plan")

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ome.controllers.inferencereplica import instances
 from ome.controllers.inferencereplica.instances import (
     HOLD_REWORD_AFTER,
     HOLD_ROUTINE_REWORD_AFTER,
@@ -30,7 +31,6 @@ from ome.controllers.inferencereplica.instances import (
     settle,
     suspects,
 )
-from ome.controllers.inferencereplica.instances import plan as plan_only
 from ome.controllers.slices import messages
 
 JSON = dict[str, Any]
@@ -41,7 +41,7 @@ HoldFn = Callable[[JSON, int, list[JSON]], Hold | None]
 def plan(obs: Observed, holds: tuple[HoldFn, ...] = ()) -> Plan:
     """Plan, then settle with the holds these functions give (the first that answers wins),
     as the reconciler does with its gates' answers."""
-    out = plan_only(obs)
+    out = instances.plan(obs)
     answers: dict[int, Hold] = {}
     for index, pods in out.about_to_create().items():
         for hold in holds:

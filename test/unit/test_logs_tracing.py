@@ -22,7 +22,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 )
 from opentelemetry.sdk.trace import TracerProvider
 
-from ome.entrypoints.manager import main as manager_main
+from ome.entrypoints import manager
 from ome.runtime import tracing
 from ome.runtime.logs import configure_logging, reconcile_context
 from ome.runtime.tracing import (
@@ -285,7 +285,7 @@ def test_the_manager_refuses_an_unsupported_protocol_in_one_line(
 ) -> None:
     no_otel_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
     no_otel_env.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-    code = manager_main(["--log-format", "json", "--kubeconfig", "/nonexistent"])
+    code = manager.main(["--log-format", "json", "--kubeconfig", "/nonexistent"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     (line,) = err.splitlines()

@@ -77,9 +77,9 @@ def test_the_product_wheel_holds_no_stage_module_and_no_ome_sim_command(
     assert meta["Version"] == ome.__version__
     assert not [n for n in names if n.startswith("ome_sim") or n.startswith("ome/sim")]
     assert "ome/entrypoints/manager.py" in names
-    assert "ome/cli/main.py" in names
+    assert "ome/cli/plugin.py" in names
     assert "ome-manager = ome.entrypoints.manager:main" in entry_points
-    assert "kubectl-ome = ome.cli.main:main" in entry_points
+    assert "kubectl-ome = ome.cli.plugin:main" in entry_points
     assert "ome-sim" not in entry_points
     required = requirement_names(meta)
     assert "kubernetes" in required

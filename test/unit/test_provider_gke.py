@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from ome.api import v1beta1
 from ome.provider import gke
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import (
     INSTANCE_LABEL,
     MANAGED_BY_LABEL,
@@ -24,18 +23,19 @@ from ome.tpuslice.naming import (
     OWNER_UID_LABEL,
     Slot,
 )
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
 from test.helpers import assert_strings_and_partitions
-from test.unit.slicekit import CONFIG as GUIDE
+from test.unit import slicekit
 from test.unit.slicekit import JSON, NAME, NAMESPACE, ONE_HOST, READY_STATES, TPU7X, UID
 
 REPLICA: JSON = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID}}
 #: The sample configuration, copying a pod annotation onto Slices and without a ready timeout.
 CONFIG = replace(
-    GUIDE,
+    slicekit.CONFIG,
     slice=replace(
-        GUIDE.slice,
+        slicekit.CONFIG.slice,
         pod_annotations=("team.example.com/cost-center", "team.example.com/absent"),
         ready_timeout=None,
     ),

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from urllib3.exceptions import ProtocolError
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
-from ome.controllers.slices import release as releases
+from ome.controllers.slices import releases
 from ome.controllers.slices.act import ReleaseOutcome, SliceActor
 from ome.controllers.slices.metrics import SliceMetrics
 from ome.controllers.slices.model import Pod, Replica
@@ -150,7 +150,7 @@ def test_a_create_that_meets_a_foreign_slice_holds_on_the_conflict_in_the_same_p
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})  # the cache has not seen it
     plan = gate_pass(obs)
     assert [c.name for c in plan.creates] == [name]
-    out = act.gate(obs, plan)
+    out = act.apply_gate_plan(obs, plan)
     assert out.holds[0].message == f"slice is owned by another object: {name}"
     assert out.confine == {} and not out.failed
     assert recorder.events == [
@@ -187,11 +187,11 @@ def test_a_create_that_fails_without_an_api_status_counts_unknown(
     api, recorder, registry = FakeAPI(fail=error), Recorder(), CollectorRegistry()
     act = actor(api, recorder, registry)
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
-    out = act.gate(obs, gate_pass(obs))
+    out = act.apply_gate_plan(obs, gate_pass(obs))
     assert out.failed
     assert sample(registry, "ome_tpu_slice_create_failures_total", reason=reason) == 1
     assert sample(registry, "ome_tpu_slice_created_total") == 0
-    again = act.gate(obs, gate_pass(obs))  # the failed create left no expectation behind
+    again = act.apply_gate_plan(obs, gate_pass(obs))  # the failed create left no expectation behind
     assert not again.failed and sample(registry, "ome_tpu_slice_created_total") == 1
 
 
@@ -202,7 +202,7 @@ def test_a_create_failure_counts_the_api_status_reason() -> None:
     api, recorder, registry = FakeAPI(fail=error), Recorder(), CollectorRegistry()
     act = actor(api, recorder, registry)
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
-    assert act.gate(obs, gate_pass(obs)).failed
+    assert act.apply_gate_plan(obs, gate_pass(obs)).failed
     assert sample(registry, "ome_tpu_slice_create_failures_total", reason="InternalError") == 1
 
 
@@ -238,7 +238,7 @@ def test_concurrent_passes_with_a_lagging_cache_create_each_slice_exactly_once()
                 with cache_lock:
                     view = dict(cache)
                 obs = observe(replica, view, act.slices, slots)
-                out = act.gate(obs, gate_pass(obs))
+                out = act.apply_gate_plan(obs, gate_pass(obs))
                 assert not out.failed
             lag()
 
@@ -273,7 +273,7 @@ def test_a_slice_we_created_is_timed_from_its_create_to_its_first_ready_state_on
     api, registry = FakeAPI(), CollectorRegistry()
     act = actor(api, Recorder(), registry)
     obs = observe(replica, {}, act.slices, {0: Slot(0, 0)})
-    act.gate(obs, gate_pass(obs))
+    act.apply_gate_plan(obs, gate_pass(obs))
     name = replica.slice_name(Slot(0, 0))
     ready = copy.deepcopy(api.slices[name])
     ready["spec"]["partitionIds"] = ["p0"]
@@ -282,7 +282,7 @@ def test_a_slice_we_created_is_timed_from_its_create_to_its_first_ready_state_on
     for _ in range(2):
         seen = observe(replica, {name: ready}, act.slices, {0: Slot(0, 0)})
         seen = replace(seen, hosts={name: (Host("node-0", slice_name=name),)})
-        out = act.gate(seen, gate_pass(seen))
+        out = act.apply_gate_plan(seen, gate_pass(seen))
         assert out.confine == {0: name} and out.holds == {}
     count = "ome_tpu_slice_provision_duration_seconds_count"
     assert sample(registry, count) == 1
@@ -354,7 +354,7 @@ def test_a_lost_slices_pod_that_was_already_gone_is_neither_named_nor_counted(
     obs = lost_observation(replica, running)
     plan = release_pass(obs)
     assert plan.suspects == [name]
-    assert not act.release(obs, plan).failed
+    assert not act.apply_release_plan(obs, plan).failed
     if already_gone:
         assert api.deleted == [] and recorder.events == []
         assert sample(registry, "ome_tpu_slice_lost_total") == 0
@@ -413,13 +413,13 @@ def sweep(
         releasing=frozenset(),
     )
     plan = release_pass(obs)
-    return plan, act.release(obs, plan)
+    return plan, act.apply_release_plan(obs, plan)
 
 
 def test_the_sweep_releases_only_what_confirm_sweep_confirms_on_live_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """G3: the sweep's live confirmation is ``release.confirm_sweep`` itself, the function the
+    """G3: the sweep's live confirmation is ``releases.confirm_sweep`` itself, the function the
     unit tests pin down, not a copy of it: what it declines is never deleted, and what it
     confirms is deleted under the live UID and resourceVersion."""
     replica, cached = scaled_down()
@@ -507,11 +507,11 @@ def test_an_instance_held_for_ten_minutes_leaves_a_later_slice_lost_its_warning(
     )
     for _ in range(120):
         obs = replace(observe(replica, {held: foreign}, act.slices, {0: Slot(0, 0)}), now=clock())
-        out = act.gate(obs, gate_pass(obs))
+        out = act.apply_gate_plan(obs, gate_pass(obs))
         assert out.holds[0].message == f"slice is owned by another object: {held}"
         clock.advance(5)
     obs_loss = lost_observation(replica, running)
-    act.release(obs_loss, release_pass(obs_loss))
+    act.apply_release_plan(obs_loss, release_pass(obs_loss))
     assert recorder.flush()
     recorder.stop()
     conflict_writes = [w for w in events.writes if w[1] == "SliceOwnershipConflict"]

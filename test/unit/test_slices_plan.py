@@ -14,8 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import Hold
-from ome.controllers.slices.demand import Verdict
-from ome.controllers.slices.gate import Recycle
 from ome.controllers.slices.model import Event, Pod, Replica
 from ome.controllers.slices.plan import (
     GateObservation,
@@ -25,10 +23,12 @@ from ome.controllers.slices.plan import (
     gate_pass,
     release_pass,
 )
-from ome.controllers.slices.provision import Create
-from ome.tpuslice.demand import Demand
+from ome.controllers.slices.provisioning import Create
+from ome.controllers.slices.readiness import Recycle
+from ome.controllers.slices.validation import Verdict
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
 from test.unit import slicekit

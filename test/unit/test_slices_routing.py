@@ -21,8 +21,8 @@ from ome.controllers.slices.reconciler import (
 from ome.provider import gke
 from ome.runtime.views import ByVersion
 from ome.tpuslice.naming import Slot, owner_hash, slice_name
+from test.unit import slicekit
 from test.unit.slicekit import CONFIG, DELETED_AT, JSON, NAME, NAMESPACE, SLICE, UID, create_op, row
-from test.unit.slicekit import replica as a_replica
 
 
 def replica(name: str = NAME, uid: str = UID, namespace: str = NAMESPACE) -> JSON:
@@ -149,7 +149,7 @@ def test_a_replicas_row_reworded_or_ready_wakes_no_release_but_what_g3_reads_doe
     operation, the active ordinal); the InferenceReplica pass rewording a row (held, pods
     created, Ready) is no news to them."""
     news = routing_only().release_news
-    base = a_replica(rows=[row(0, phase="Pending")]).raw
+    base = slicekit.replica(rows=[row(0, phase="Pending")]).raw
     rows = base["status"]["instanceStatuses"]
 
     def with_(status_rows: list[JSON] | None = None, rv: str = "8", **meta: Any) -> JSON:

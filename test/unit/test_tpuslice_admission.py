@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.tpuslice import config as cfg
-from ome.tpuslice.admission import UNCHECKED_LOG, Verdict, decide, provision_only_accelerators
+from ome.tpuslice.admission import UNCHECKED_LOG, Decision, decide, provision_only_accelerators
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON
 from test.admission_cases import CASES, IDLE_CHIPS, VALID, Case, replica, runner
 
-CONFIG = cfg.parse(GUIDE_CONFIG_JSON)
+CONFIG = parse_config(GUIDE_CONFIG_JSON)
 assert CONFIG is not None
 
 
-def run(case: Case) -> tuple[Verdict, int]:
+def run(case: Case) -> tuple[Decision, int]:
     reads = 0
 
     def read_nodes(accelerators: frozenset[str]) -> set[str] | None:
@@ -30,23 +30,23 @@ def run(case: Case) -> tuple[Verdict, int]:
         return {"provision-only": {"tpu7x"}, "static": set(), "fail": None}[case.nodes]
 
     new, old = copy.deepcopy(case.new), copy.deepcopy(case.old)
-    verdict = decide(case.operation, new, old, CONFIG if case.configured else None, read_nodes)
+    decision = decide(case.operation, new, old, CONFIG if case.configured else None, read_nodes)
     assert (new, old) == (case.new, case.old), "the decision never changes its inputs"
-    return verdict, reads
+    return decision, reads
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_the_admission_table(case: Case) -> None:
-    verdict, reads = run(case)
-    assert verdict.allowed is case.allowed
-    assert verdict.message == case.message
+    decision, reads = run(case)
+    assert decision.allowed is case.allowed
+    assert decision.message == case.message
     assert reads == (1 if case.reads_nodes else 0)
-    assert verdict.log == (UNCHECKED_LOG if case.nodes == "fail" else "")
+    assert decision.log == (UNCHECKED_LOG if case.nodes == "fail" else "")
 
 
 def test_the_denial_names_the_replica_and_the_controllers_own_reason() -> None:
-    verdict, _ = run(next(c for c in CASES if c.id == "create-idle-chips"))
-    assert verdict.message == (
+    decision, _ = run(next(c for c in CASES if c.id == "create-idle-chips"))
+    assert decision.message == (
         "InferenceReplica qwen3-tpu/qwen3-tpu-engine: pods cannot be placed on a provisioned "
         "slice: 1 pod x 2 chips do not fill topology 2x2x1: it is 4 chips on 1 host, which "
         "takes 2 pods"
@@ -54,14 +54,14 @@ def test_the_denial_names_the_replica_and_the_controllers_own_reason() -> None:
 
 
 def test_a_valid_demand_is_admitted_even_when_the_nodes_cannot_be_read() -> None:
-    verdict = decide("CREATE", VALID, None, CONFIG, lambda _: None)
-    assert verdict == Verdict(True, "demand valid")
+    decision = decide("CREATE", VALID, None, CONFIG, lambda _: None)
+    assert decision == Decision(True, "demand valid")
 
 
 def test_an_update_from_a_not_opted_in_object_that_introduces_the_problem_is_denied() -> None:
     old = replica(runner(chips=2, opted=False))
-    verdict = decide("UPDATE", IDLE_CHIPS, old, CONFIG, lambda _: {"tpu7x"})
-    assert not verdict.allowed and verdict.why == "demand invalid"
+    decision = decide("UPDATE", IDLE_CHIPS, old, CONFIG, lambda _: {"tpu7x"})
+    assert not decision.allowed and decision.why == "demand invalid"
 
 
 def test_provision_only_accelerators_come_from_the_labels() -> None:
@@ -104,11 +104,11 @@ def test_the_decision_never_raises_and_denies_only_with_a_message(
     operation: str, new: dict[str, Any], old: dict[str, Any] | None, nodes: set[str] | None
 ) -> None:
     before = json.dumps([new, old], sort_keys=True, default=str)
-    verdict = decide(operation, new, old, CONFIG, lambda _: nodes)
+    decision = decide(operation, new, old, CONFIG, lambda _: nodes)
     assert json.dumps([new, old], sort_keys=True, default=str) == before
-    if not verdict.allowed:
-        assert verdict.message.startswith("InferenceReplica ")
-        assert ": pods cannot be placed on a provisioned slice: " in verdict.message
+    if not decision.allowed:
+        assert decision.message.startswith("InferenceReplica ")
+        assert ": pods cannot be placed on a provisioned slice: " in decision.message
 
 
 def test_the_node_read_is_asked_only_about_the_accelerators_the_pods_select() -> None:

@@ -21,12 +21,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from ome.entrypoints import checkconfig
-from ome.tpuslice import config as config_module
 from ome.tpuslice.config import (
+    EXPECTED_OBJECT,
     ConfigError,
     decode,
     format_go_duration,
-    parse,
+    parse_config,
     parse_go_duration,
     validate,
 )
@@ -153,7 +153,7 @@ def lv_error(path: str, value: str, *problems: str) -> str:
 
 
 def test_guide_block_parses_to_its_config() -> None:
-    config = parse(GUIDE_CONFIG_JSON)
+    config = parse_config(GUIDE_CONFIG_JSON)
     assert config is not None
     assert config.chip_resource == "google.com/tpu"
     assert config.accelerator_label == "cloud.google.com/gke-tpu-accelerator"
@@ -179,22 +179,22 @@ def test_guide_block_parses_to_its_config() -> None:
 
 def test_optional_fields_default_to_no_pod_annotations_and_no_timeout() -> None:
     raw = mutated({"slice.readyTimeout": _DELETE, "slice.podAnnotations": ["example.com/team"]})
-    config = parse(json.dumps(raw))
+    config = parse_config(json.dumps(raw))
     assert config is not None
     assert config.slice.ready_timeout is None
     assert config.slice.pod_annotations == ("example.com/team",)
-    no_timeout = parse(json.dumps(mutated({"slice.readyTimeout": ""})))
+    no_timeout = parse_config(json.dumps(mutated({"slice.readyTimeout": ""})))
     assert no_timeout is not None and no_timeout.slice.ready_timeout is None
 
 
 @pytest.mark.parametrize("text", [None, "", "   ", "\n\t \n"])
 def test_missing_or_whitespace_config_turns_provisioning_off(text: str | None) -> None:
-    assert parse(text) is None
+    assert parse_config(text) is None
 
 
 def test_config_error_wraps_every_error_in_one_message() -> None:
     with pytest.raises(ConfigError) as e:
-        parse(json.dumps(mutated({"chipResource": "", "slice.readyStates": []})))
+        parse_config(json.dumps(mutated({"chipResource": "", "slice.readyStates": []})))
     assert e.value.errors == (
         "chipResource: required",
         "slice.readyStates: at least one state is required",
@@ -312,7 +312,7 @@ def test_decoding_rejects_what_is_not_the_schema(text: str, errors: list[str]) -
         decode(text)
     assert list(e.value.errors) == errors
     with pytest.raises(ConfigError) as via_parse:
-        parse(text)
+        parse_config(text)
     assert str(via_parse.value) == "invalid tpuSliceProvisioning config: " + "\n".join(errors)
 
 
@@ -549,10 +549,10 @@ def test_each_invalid_field_says_what_is_wrong(changes: dict[str, Any], errors: 
     assert validate(raw) == errors
     if errors:
         with pytest.raises(ConfigError) as e:
-            parse(json.dumps(raw))
+            parse_config(json.dumps(raw))
         assert list(e.value.errors) == errors
     else:
-        assert parse(json.dumps(raw)) is not None
+        assert parse_config(json.dumps(raw)) is not None
 
 
 def test_all_errors_come_back_together_in_a4_order() -> None:
@@ -647,16 +647,16 @@ def test_a_listed_topology_whose_chip_count_overflows_int64_is_a_parse_error(
         checked.append(topology.chips)
         return hosts(topology, cph)
 
-    monkeypatch.setattr(config_module, "hosts", counting_hosts)
+    monkeypatch.setattr("ome.tpuslice.config.hosts", counting_hosts)
     raw = mutated({f"{ACC}.chipsPerHost": chips_per_host, f"{ACC}.topologies": topologies})
     assert validate(raw) == errors
     assert all(chips <= 2**63 - 1 for chips in checked)
     if errors:
         with pytest.raises(ConfigError) as e:
-            parse(json.dumps(raw))
+            parse_config(json.dumps(raw))
         assert list(e.value.errors) == errors
     else:
-        config = parse(json.dumps(raw))
+        config = parse_config(json.dumps(raw))
         assert config is not None
         assert config.accelerators["tpu7x"].topologies == tuple(topologies)
 
@@ -1277,7 +1277,7 @@ HOSTILE_BLOCKS = [
 ]
 
 
-#: What check-config says a hostile text holds where ``parse`` says only "expected a JSON
+#: What check-config says a hostile text holds where ``parse_config`` says only "expected a JSON
 #: object": it is no block, no values file and no ConfigMap manifest.
 NEITHER = "text that is neither JSON nor YAML"
 HOLDS = {
@@ -1295,7 +1295,7 @@ def expected_check(errors: list[str] | None, text: str = "") -> tuple[int, str, 
         return 0, OFF_LINE + "\n", ""
     if not errors:
         return 0, "ok\n", ""
-    if errors == [config_module.EXPECTED_OBJECT]:
+    if errors == [EXPECTED_OBJECT]:
         errors = [checkconfig.not_an_object(HOLDS[text])]
     return 1, "invalid tpuSliceProvisioning config:\n" + "".join(e + "\n" for e in errors), ""
 
@@ -1309,7 +1309,7 @@ def timed(check: Any, *args: Any) -> Any:
 
 def parse_verdict(text: str) -> list[str] | None:
     try:
-        return [] if parse(text) is not None else None
+        return [] if parse_config(text) is not None else None
     except ConfigError as e:
         assert str(e) == "invalid tpuSliceProvisioning config: " + "\n".join(e.errors)
         return list(e.errors)

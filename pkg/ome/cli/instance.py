@@ -52,7 +52,7 @@ class Row:
 
 
 @dataclass(frozen=True)
-class InstanceStatus:
+class StatusView:
     """What ``instance status`` prints: ``rows`` for the table and wide outputs, ``document``
     for json and yaml (the row as stored, with the pods)."""
 
@@ -174,7 +174,7 @@ def status(
     pods: list[JSON],
     now: datetime,
     slice_label: str,
-) -> InstanceStatus:
+) -> StatusView:
     """M5's rows for one Instance ``row`` of InferenceReplica ``replica``, with its ``pods``;
     a pod row names the Slice the pod is confined to by ``slice_label`` (E3)."""
     op, failure = _map(row.get("operation")), _map(row.get("lastFailure"))
@@ -252,7 +252,7 @@ def status(
         "instance": row,
         "pods": mine,
     }
-    return InstanceStatus(tuple(rows), document)
+    return StatusView(tuple(rows), document)
 
 
 def issues(row: JSON, op: JSON, pods: list[JSON], now: datetime) -> list[str]:

@@ -19,13 +19,12 @@ from datetime import datetime
 
 from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE
 from ome.controllers.inferencereplica.instances import hold_reason
-from ome.controllers.slices import gate, messages
-from ome.controllers.slices import release as releases
-from ome.controllers.slices.demand import Verdict, validate
+from ome.controllers.slices import messages, readiness, releases
 from ome.controllers.slices.model import Pod, Replica, wanted_slots
+from ome.controllers.slices.validation import Verdict, validate
 from ome.kube import JSON, rfc3339
 from ome.provider import gke
-from ome.tpuslice import demand as shapes
+from ome.tpuslice import placement
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot, slot_for
 from ome.tpuslice.slices import SliceInfo
@@ -188,7 +187,7 @@ def rows(replicas: Iterable[JSON], world: World, config: Config, now: datetime) 
     """The rows of every opted-in replica that provisions Slices (or owns some), by
     namespace, service, component and slot."""
     provision_only = frozenset(
-        a for a in (shapes.provision_only_accelerator(n, config) for n in world.nodes) if a
+        a for a in (placement.provision_only_accelerator(n, config) for n in world.nodes) if a
     )
     parsed = [gke.parse(s) for s in world.slices]
     by_name = {s.name: s for s in parsed}
@@ -312,7 +311,7 @@ def waiting(
         return messages.being_released(found.name)
     if any(not p.terminal for p in confined) or verdict.demand is None:
         return ""
-    verdict_now = gate.judge_slot(
+    verdict_now = readiness.judge_slot(
         slot.instance, found, slot_hosts, replica, verdict.demand, config, now
     )
     return verdict_now.hold.message if verdict_now.hold else ""

@@ -25,7 +25,7 @@ from ome.runtime.expectations import Expectations
 from ome.runtime.manager import Manager
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS
 from ome.runtime.workqueue import PRIORITY_HIGH
-from ome.tpuslice.config import parse as parse_config
+from ome.tpuslice.config import parse_config
 from ome.tpuslice.types import Config
 
 from .inferencereplica.controller import (
@@ -87,7 +87,7 @@ def _serves(client: Client) -> bool:
         ) from e
 
 
-def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
+def setup_controllers(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
     """Add the controllers; raises ``ConfigError`` for an invalid slice configuration and
     ``StartupError`` for a start-up read that keeps failing."""
     inf = manager.informers
@@ -120,7 +120,7 @@ def setup(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaRecon
             pod_expectations,
         )
         hooks = Hooks(
-            gates=[*hooks.gates, slices.gate], teardown=[*hooks.teardown, slices.teardown]
+            gates=[*hooks.gates, slices.slice_gate], teardown=[*hooks.teardown, slices.teardown]
         )
         informer = slices.slices
         # Each scrape reads every Slice and replica: from the caches themselves (peek_list),

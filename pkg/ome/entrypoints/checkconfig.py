@@ -1,7 +1,7 @@
 """``ome-manager check-config FILE``: check a ``tpuSliceProvisioning`` block before deploying it.
 
 It reads one file (or standard input): the JSON block itself, a Helm values file, or the
-inferenceservice-config ConfigMap's manifest; and prints ``config.parse``'s verdict on the
+inferenceservice-config ConfigMap's manifest; and prints ``parse_config``'s verdict on the
 block. It never talks to a cluster and adds no configuration rule of its own; its only
 messages of its own say what it found when the file holds no block at all (``NOT_AN_OBJECT``)
 or a ConfigMap entry that is no string. Whatever the input, it prints one verdict, quickly,
@@ -27,7 +27,7 @@ from ome.tpuslice.config import (
     MAX_DEPTH,
     TOO_DEEP,
     ConfigError,
-    parse,
+    parse_config,
     too_deep,
 )
 
@@ -42,7 +42,7 @@ OFF_CONFIG_MAP = (
 
 
 def not_an_object(got: str) -> str:
-    """What check-config says, in place of ``parse``'s ``EXPECTED_OBJECT``, of a file that
+    """What check-config says, in place of ``parse_config``'s ``EXPECTED_OBJECT``, of a file that
     holds no block at all, with what it holds."""
     return (
         f"{EXPECTED_OBJECT} (the {CONFIG_KEY} block), a Helm values file or a "
@@ -112,7 +112,7 @@ def main(
     off = OFF
     try:
         block, off = read_block(text)
-        settings = None if block is None else parse(block)
+        settings = None if block is None else parse_config(block)
     except ConfigError as err:
         errors = list(err.errors)
         if errors == [EXPECTED_OBJECT] and block is text:  # the file as written: no block
@@ -308,7 +308,7 @@ def _key(key: Any) -> str:
 @dataclass(frozen=True)
 class _Literal:
     """A YAML integer with more digits than ``int()`` takes, kept as written so that the
-    block's JSON holds it as the chart writes it, and ``parse`` reports it."""
+    block's JSON holds it as the chart writes it, and ``parse_config`` reports it."""
 
     text: str
 

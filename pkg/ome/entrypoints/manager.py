@@ -18,8 +18,7 @@ from types import FrameType
 from kubernetes import client, config
 
 from ome import VersionAction, __version__, source_commit, user_agent
-from ome.controllers.setup import StartupError
-from ome.controllers.setup import setup as setup_controllers
+from ome.controllers.setup import StartupError, setup_controllers
 from ome.durations import parse_go_duration
 from ome.runtime.logs import configure_logging
 from ome.runtime.manager import Manager, ManagerOptions, default_identity
@@ -231,9 +230,9 @@ def _rest(kubeconfig: str | None, identity: str) -> Rest:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check-config"]:
-        from ome.entrypoints.checkconfig import main as check_config  # noqa: PLC0415 - a subcommand
+        from ome.entrypoints import checkconfig  # noqa: PLC0415 - a subcommand
 
-        return check_config(argv[1:])
+        return checkconfig.main(argv[1:])
     parser = build_parser()
     parser.epilog = (
         "ome-manager check-config FILE checks a tpuSliceProvisioning block (see its --help)."

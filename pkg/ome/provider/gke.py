@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ome.kube import JSON, Resource, parse_time
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import (
     INSTANCE_LABEL,
     MANAGED_BY,
@@ -26,6 +25,7 @@ from ome.tpuslice.naming import (
     parse_index,
     slice_name,
 )
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 

@@ -33,6 +33,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3.exceptions
 from urllib3 import HTTPHeaderDict
 from urllib3.connection import _get_default_user_agent, _normalize_header_values
 from urllib3.connectionpool import HTTPConnectionPool
@@ -44,7 +45,6 @@ from urllib3.exceptions import (
     ReadTimeoutError,
     SSLError,
 )
-from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
 from urllib3.util.retry import Retry
 from urllib3.util.timeout import Timeout
 
@@ -67,7 +67,7 @@ class Reply:
         return HTTPHeaderDict(_normalize_header_values(self.message))
 
 
-def exchange(
+def round_trip(
     pool: HTTPConnectionPool,
     method: str,
     url: str,
@@ -97,7 +97,7 @@ def exchange(
         except (
             OSError,
             NewConnectionError,
-            Urllib3TimeoutError,
+            urllib3.exceptions.TimeoutError,
             ssl.SSLError,
             ssl.CertificateError,
             SSLError,
@@ -124,7 +124,7 @@ def exchange(
             pool._raise_timeout(err=e, url=url, timeout_value=read_timeout)
             raise
     except (
-        Urllib3TimeoutError,
+        urllib3.exceptions.TimeoutError,
         http.client.HTTPException,
         OSError,
         ProtocolError,

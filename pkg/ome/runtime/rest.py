@@ -25,7 +25,7 @@ from urllib3.util.url import parse_url
 
 from ome.kube import JSON, Resource, json_dumps, json_loads
 
-from .exchange import exchange
+from .exchange import round_trip
 from .httpheaders import Response
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -180,7 +180,7 @@ class Rest:
         try:
             if direct is not None:
                 pool, target = direct
-                reply = exchange(
+                reply = round_trip(
                     pool, method_, target, header_params, data_out, timeout_, self._retries
                 )
                 if not 200 <= reply.status <= 299:

@@ -73,7 +73,7 @@ class ConfigError(ValueError):
         super().__init__(f"{INVALID_CONFIG}: " + "\n".join(self.errors))
 
 
-def parse(text: str | None) -> Config | None:
+def parse_config(text: str | None) -> Config | None:
     """A1: ``None`` or whitespace-only text turns provisioning off (``None``); anything else
     must decode (A2) and validate (A4), else ``ConfigError`` with every error."""
     if text is None or not text.strip():
@@ -91,7 +91,7 @@ _Scalar: TypeAlias = Literal["string", "integer"]
 
 
 @dataclass(frozen=True)
-class _Object:
+class _Fields:
     fields: dict[str, _Kind]
 
 
@@ -105,20 +105,20 @@ class _ListOf:
     items: _Kind
 
 
-_Kind: TypeAlias = "_Scalar | _Object | _MapOf | _ListOf"
+_Kind: TypeAlias = "_Scalar | _Fields | _MapOf | _ListOf"
 
 #: A3: the known schema. Field names are case-sensitive; anything else is an unknown field.
-_SCHEMA = _Object(
+_SCHEMA = _Fields(
     {
         "chipResource": "string",
-        "nodeLabels": _Object({"accelerator": "string", "topology": "string", "slice": "string"}),
-        "provisionOnly": _Object({"key": "string", "value": "string"}),
+        "nodeLabels": _Fields({"accelerator": "string", "topology": "string", "slice": "string"}),
+        "provisionOnly": _Fields({"key": "string", "value": "string"}),
         "accelerators": _MapOf(
-            _Object(
+            _Fields(
                 {"sliceType": "string", "chipsPerHost": "integer", "topologies": _ListOf("string")}
             )
         ),
-        "slice": _Object(
+        "slice": _Fields(
             {
                 "ownerKindLabel": "string",
                 "ownerNameLabel": "string",
@@ -268,7 +268,7 @@ def _check_schema(value: Any, kind: _Kind, path: str, problems: list[str]) -> No
     if isinstance(kind, _ListOf):
         for i, item in enumerate(value):
             _check_schema(item, kind.items, f"{path}[{i}]", problems)
-    elif isinstance(kind, _MapOf | _Object):
+    elif isinstance(kind, _MapOf | _Fields):
         duplicates = set(getattr(value, "duplicates", ()))
         for key, item in value.items():
             child = f"{path}[{key}]" if isinstance(kind, _MapOf) else _field_path(path, key)
@@ -292,7 +292,7 @@ def _type_error(path: str, kind: _Kind, value: Any) -> str | None:
     """The one text of a value of the wrong type, for ``decode`` (wrapped) and ``validate``."""
     if isinstance(kind, _ListOf):
         want, ok = "array", isinstance(value, list)
-    elif isinstance(kind, _MapOf | _Object):
+    elif isinstance(kind, _MapOf | _Fields):
         want, ok = "object", isinstance(value, dict)
     elif kind == "integer":
         want = "integer"
@@ -328,7 +328,7 @@ def _zero(kind: _Kind) -> Any:
     """Go's zero value of ``kind``: what a missing or ``null`` field reads as."""
     if isinstance(kind, _ListOf):
         return []
-    if isinstance(kind, _MapOf | _Object):
+    if isinstance(kind, _MapOf | _Fields):
         return {}
     return 0 if kind == "integer" else ""
 
@@ -365,7 +365,7 @@ class _Reader:
 
     def entry(self, value: Any, path: str) -> dict[str, Any] | None:
         """An object that is a map entry or a section."""
-        result: dict[str, Any] | None = self._value(value, path, _Object({}))
+        result: dict[str, Any] | None = self._value(value, path, _Fields({}))
         return result
 
     def mapping(self, parent: dict[str, Any] | None, key: str, path: str) -> dict[str, Any] | None:
@@ -658,7 +658,7 @@ def _json_schema_of(
         first = next(iter(_at(example, path)), None) if path is not None else None
         entry = None if path is None or first is None else (*path, first)
         return {"type": "object", "additionalProperties": _probed(kind.values, example, entry)}
-    if isinstance(kind, _Object):
+    if isinstance(kind, _Fields):
         present = _at(example, path) if path is not None else {}
         properties = {
             name: _probed(
@@ -719,7 +719,7 @@ __all__ = [
     "decode",
     "format_go_duration",
     "json_schema",
-    "parse",
+    "parse_config",
     "parse_go_duration",
     "too_deep",
     "validate",

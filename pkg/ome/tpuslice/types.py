@@ -1,6 +1,6 @@
 """The parsed ``tpuSliceProvisioning`` configuration as plain frozen values.
 
-Produced by ``config.parse`` (A1 to A5); read by every other module of the core.
+Produced by ``config.parse_config`` (A1 to A5); read by every other module of the core.
 No I/O, no Kubernetes types.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
-from ome.tpuslice import hosts as host_rules
+from ome.tpuslice.hosts import tolerates
 from ome.tpuslice.shape import ShapeError, hosts, parse_topology
 
 from .model import (
@@ -175,9 +175,9 @@ def pod_active(pod: JSON) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def tolerates(tolerations: Iterable[JSON], taint: JSON) -> bool:
+def tolerates_taint(tolerations: Iterable[JSON], taint: JSON) -> bool:
     """Kubernetes' toleration matching, as the product's host vetting does it."""
-    return host_rules.tolerates(
+    return tolerates(
         list(tolerations),
         str(taint.get("key") or ""),
         str(taint.get("value") or ""),
@@ -200,7 +200,7 @@ def misfit(pod: JSON, node: JSON, used: Mapping[str, Decimal]) -> str | None:
         if labels.get(key) != value:
             return "node(s) didn't match Pod's node affinity/selector"
     for taint in _node_taints(node):
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates_taint(
             spec.get("tolerations") or [], taint
         ):
             return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"

@@ -16,28 +16,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from ome.controllers.inferencereplica import controller as replica_controller
-from ome.entrypoints import manager as entrypoint
+from ome.entrypoints import manager
 from ome.kube import JSON
-from ome.runtime import client as runtime_client
-from ome.runtime import manager as runtime_manager
+from ome.runtime.client import Client
+from ome.runtime.manager import Manager
 from ome.runtime.rest import PODS
 
 PROTECTIONS = ("uid-precondition", "lease-check", "slice-gate")
 
 
 def _no_uid_precondition() -> None:
-    original = runtime_client.Client.delete
+    original = Client.delete
 
-    def delete(self: runtime_client.Client, res: Any, *args: Any, **kwargs: Any) -> Any:
+    def delete(self: Client, res: Any, *args: Any, **kwargs: Any) -> Any:
         if res == PODS:
             kwargs.pop("uid", None)
         return original(self, res, *args, **kwargs)
 
-    runtime_client.Client.delete = delete  # type: ignore[method-assign]
+    Client.delete = delete  # type: ignore[method-assign]
 
 
 def _no_lease_check() -> None:
-    runtime_manager.Manager._may_write = lambda self: True  # type: ignore[method-assign]
+    Manager._may_write = lambda self: True  # type: ignore[method-assign]
 
 
 def _no_slice_gate() -> None:
@@ -72,7 +72,7 @@ def main() -> int:
         return 2
     SABOTAGE[what]()
     print(f"ome_sim.soak.sabotage: the manager runs without its {what}", file=sys.stderr)
-    return entrypoint.main(sys.argv[1:])
+    return manager.main(sys.argv[1:])
 
 
 if __name__ == "__main__":

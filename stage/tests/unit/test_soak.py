@@ -15,7 +15,7 @@ from ome.controllers.inferencereplica import instances
 from ome.tpuslice.naming import OWNER_UID_LABEL
 from ome_sim.apiserver.server import WriteSeen
 from ome_sim.apiserver.store import Store
-from ome_sim.soak import checker as ck
+from ome_sim.soak.checker import LEASES, NODES, PODS, REPLICAS, SLICES, Checker, identity_of
 from ome_sim.soak.plan import FAULTS, make_plan
 
 SLICE_LABEL = "cloud.google.com/gke-tpu-slice"
@@ -120,20 +120,20 @@ def lease(holder: str, renewed: datetime) -> Any:
 
 
 @pytest.fixture
-def world() -> tuple[Store, ck.Checker]:
+def world() -> tuple[Store, Checker]:
     store = Store()
-    checker = ck.Checker(store, ("ACTIVE", "ACTIVE_DEGRADED"), SLICE_LABEL, clock=NOW.timestamp)
+    checker = Checker(store, ("ACTIVE", "ACTIVE_DEGRADED"), SLICE_LABEL, clock=NOW.timestamp)
     store.listeners.append(checker.on_change)
-    put(store, ck.LEASES, lease("host_abc", NOW - timedelta(seconds=1)))
-    put(store, ck.REPLICAS, replica())
-    put(store, ck.SLICES, slice_obj("s-0", "uid-svc-engine"))
-    put(store, ck.NODES, node())
-    put(store, ck.PODS, pod())
+    put(store, LEASES, lease("host_abc", NOW - timedelta(seconds=1)))
+    put(store, REPLICAS, replica())
+    put(store, SLICES, slice_obj("s-0", "uid-svc-engine"))
+    put(store, NODES, node())
+    put(store, PODS, pod())
     return store, checker
 
 
 def the_pod(store: Store) -> Any:
-    found = store.peek(ck.PODS, ("soak", "svc-engine-0-default-0"))
+    found = store.peek(PODS, ("soak", "svc-engine-0-default-0"))
     assert found is not None
     return found
 
@@ -143,7 +143,7 @@ def put(store: Store, tkey: tuple[str, str], obj: Any) -> None:
     store.put(tkey, (m.get("namespace", ""), m["name"]), obj)
 
 
-def write(checker: ck.Checker, verb: str, resource: str, name: str, body: Any = None) -> None:
+def write(checker: Checker, verb: str, resource: str, name: str, body: Any = None) -> None:
     group = {"slices": "accelerator.gke.io", "inferencereplicas": "ome.io"}.get(
         resource.split("/", maxsplit=1)[0], ""
     )
@@ -151,19 +151,19 @@ def write(checker: ck.Checker, verb: str, resource: str, name: str, body: Any = 
     checker.on_write(WriteSeen(verb, group, resource, ns, name, AGENT, body))
 
 
-def failed(checker: ck.Checker) -> list[str]:
+def failed(checker: Checker) -> list[str]:
     return [v.invariant for v in checker.snapshot()[1]]
 
 
 def test_identity_is_read_from_the_user_agent() -> None:
-    assert ck.identity_of(AGENT) == "host_abc"
-    assert ck.identity_of("ome-sim/0.1.0") is None
-    assert ck.identity_of("ome-manager/0.1.0") is None
+    assert identity_of(AGENT) == "host_abc"
+    assert identity_of("ome-sim/0.1.0") is None
+    assert identity_of("ome-manager/0.1.0") is None
 
 
-def test_a_delete_without_a_uid_precondition_fails(world: tuple[Store, ck.Checker]) -> None:
+def test_a_delete_without_a_uid_precondition_fails(world: tuple[Store, Checker]) -> None:
     store, checker = world
-    put(store, ck.PODS, {**pod("gone-pod"), "status": {"phase": "Failed"}})
+    put(store, PODS, {**pod("gone-pod"), "status": {"phase": "Failed"}})
     write(checker, "delete", "pods", "gone-pod", {"preconditions": {"uid": "uid-gone-pod"}})
     assert failed(checker) == []
     write(checker, "delete", "pods", "gone-pod", {})
@@ -171,14 +171,14 @@ def test_a_delete_without_a_uid_precondition_fails(world: tuple[Store, ck.Checke
 
 
 def test_a_write_from_a_manager_without_a_valid_lease_fails(
-    world: tuple[Store, ck.Checker],
+    world: tuple[Store, Checker],
 ) -> None:
     store, checker = world
     write(checker, "update", "inferencereplicas/status", "svc-engine", {})
     assert failed(checker) == []
-    put(store, ck.LEASES, lease("host_abc", NOW - timedelta(seconds=7)))  # expired
+    put(store, LEASES, lease("host_abc", NOW - timedelta(seconds=7)))  # expired
     write(checker, "update", "inferencereplicas/status", "svc-engine", {})
-    put(store, ck.LEASES, lease("host_other", NOW))  # someone else's
+    put(store, LEASES, lease("host_other", NOW))  # someone else's
     write(checker, "update", "inferencereplicas/status", "svc-engine", {})
     write(checker, "update", "leases", "ome-controller-manager", {})  # the election is free
     assert failed(checker) == ["lease", "lease"]
@@ -188,38 +188,38 @@ def test_a_write_from_a_manager_without_a_valid_lease_fails(
 
 
 def test_a_pod_is_created_only_on_its_own_slice_once_ready(
-    world: tuple[Store, ck.Checker],
+    world: tuple[Store, Checker],
 ) -> None:
     store, checker = world
     write(checker, "create", "pods", "p", pod("p"))
     assert failed(checker) == []
     activating = slice_obj("s-1", "uid-svc-engine", state="ACTIVATING")
-    put(store, ck.SLICES, activating)
+    put(store, SLICES, activating)
     write(checker, "create", "pods", "p1", pod("p1", slice_name="s-1"))
-    put(store, ck.SLICES, slice_obj("s-2", "uid-someone-else"))
+    put(store, SLICES, slice_obj("s-2", "uid-someone-else"))
     write(checker, "create", "pods", "p2", pod("p2", slice_name="s-2"))
     no_selector = pod("p3")
     no_selector["spec"]["nodeSelector"] = {}
     write(checker, "create", "pods", "p3", no_selector)
     assert failed(checker) == ["slice-gate"] * 3
     # Once the store has recorded s-1 ready, a pod may follow (even if it degrades later).
-    put(store, ck.SLICES, slice_obj("s-1", "uid-svc-engine"))
-    put(store, ck.SLICES, slice_obj("s-1", "uid-svc-engine", state="ACTIVATING"))
+    put(store, SLICES, slice_obj("s-1", "uid-svc-engine"))
+    put(store, SLICES, slice_obj("s-1", "uid-svc-engine", state="ACTIVATING"))
     write(checker, "create", "pods", "p4", pod("p4", slice_name="s-1"))
     assert failed(checker) == ["slice-gate"] * 3
 
 
 def test_slice_writes_need_the_owner_label_and_never_touch_a_foreign_slice(
-    world: tuple[Store, ck.Checker],
+    world: tuple[Store, Checker],
 ) -> None:
     store, checker = world
     write(checker, "delete", "slices", "s-0", {"preconditions": {"uid": "uid-s-0"}})
     assert failed(checker) == []
     assert checker.slice_deletes["host_abc"] == 1
-    put(store, ck.SLICES, {"metadata": meta("bare"), "spec": {}})
+    put(store, SLICES, {"metadata": meta("bare"), "spec": {}})
     write(checker, "delete", "slices", "bare", {"preconditions": {"uid": "uid-bare"}})
     write(checker, "create", "slices", "new", {"metadata": {"name": "new", "labels": {}}})
-    put(store, ck.SLICES, slice_obj("theirs", "uid-svc-engine"))
+    put(store, SLICES, slice_obj("theirs", "uid-svc-engine"))
     checker.register_foreign("theirs", "uid-theirs")
     write(checker, "delete", "slices", "theirs", {"preconditions": {"uid": "uid-theirs"}})
     assert failed(checker) == ["slice-owner-label"] * 3
@@ -228,18 +228,18 @@ def test_slice_writes_need_the_owner_label_and_never_touch_a_foreign_slice(
 @pytest.mark.parametrize(
     ("change", "cause"),
     [
-        (lambda s: s.remove(ck.SLICES, ("", "s-0")), "its Slice s-0 is absent"),
+        (lambda s: s.remove(SLICES, ("", "s-0")), "its Slice s-0 is absent"),
         (
-            lambda s: put(s, ck.SLICES, slice_obj("s-0", "uid-svc-engine", partitions=False)),
+            lambda s: put(s, SLICES, slice_obj("s-0", "uid-svc-engine", partitions=False)),
             "its Slice s-0 lost its partitions",
         ),
-        (lambda s: put(s, ck.NODES, node(slice_name=None)), "its Slice s-0 moved off node node-1"),
-        (lambda s: put(s, ck.REPLICAS, replica(replicas=0)), "its Instance is scaled away"),
-        (lambda s: s.remove(ck.REPLICAS, ("soak", "svc-engine")), "its replica is gone"),
+        (lambda s: put(s, NODES, node(slice_name=None)), "its Slice s-0 moved off node node-1"),
+        (lambda s: put(s, REPLICAS, replica(replicas=0)), "its Instance is scaled away"),
+        (lambda s: s.remove(REPLICAS, ("soak", "svc-engine")), "its replica is gone"),
         (
             lambda s: put(
                 s,
-                ck.REPLICAS,
+                REPLICAS,
                 replica(rows=[{"index": 0, "phase": "Restarting", "podCount": 1}]),
             ),
             "its Instance is Restarting",
@@ -247,7 +247,7 @@ def test_slice_writes_need_the_owner_label_and_never_touch_a_foreign_slice(
         (
             lambda s: put(
                 s,
-                ck.REPLICAS,
+                REPLICAS,
                 {**replica(), "spec": {"replicas": 1, "runners": [{"name": "default", "x": 1}]}},
             ),
             "an older revision",
@@ -255,7 +255,7 @@ def test_slice_writes_need_the_owner_label_and_never_touch_a_foreign_slice(
     ],
 )
 def test_a_pod_delete_needs_a_cause_the_server_shows(
-    world: tuple[Store, ck.Checker], change: Any, cause: str
+    world: tuple[Store, Checker], change: Any, cause: str
 ) -> None:
     store, checker = world
     assert checker.pod_delete_cause(the_pod(store)) is None

@@ -31,20 +31,17 @@ from ome.runtime.client import Client, api_error, describe_error
 from ome.runtime.events import WARNING, EventRecorder
 from ome.runtime.expectations import Expectations
 from ome.runtime.rest import NODES, PODS, status_of
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import OWNER_UID_LABEL, Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import gate as gates
-from . import loss as losses
-from . import messages
-from . import release as releases
-from .demand import Verdict, validate
+from . import losses, messages, readiness, releases
 from .metrics import SliceMetrics
 from .model import Event, Pod, Replica, release_deferred, withheld
 from .plan import GateObservation, GatePlan, ReleaseObservation, ReleasePlan
+from .validation import Verdict, validate
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +218,10 @@ class SliceActor:
 
     # -- the gate pass -------------------------------------------------------------------
 
-    def gate(self, obs: GateObservation, plan: GatePlan) -> GateOutcome:
+    def apply_gate_plan(self, obs: GateObservation, plan: GatePlan) -> GateOutcome:
+        """Record the plan's Warnings and its notices (once per generation), create its
+        Slices, recycle its timed-out or broken ones, each confirmed on live values first, and
+        observe how long each Slice we created took to be first seen ready."""
         replica = obs.replica
         out = GateOutcome(dict(plan.holds), dict(plan.confine))
         self.record(replica, plan.events)
@@ -304,7 +304,7 @@ class SliceActor:
             return False  # gone again meanwhile: the next pass creates it
         if not live.owned_by(obs.replica.uid):
             self.metrics.create_failures.labels(*series, "OwnershipConflict").inc()
-        verdict = gates.judge_slot(
+        verdict = readiness.judge_slot(
             index,
             live,
             obs.hosts.get(name, ()),
@@ -326,7 +326,7 @@ class SliceActor:
         self,
         obs: GateObservation,
         demand: Demand,
-        recycle: gates.Recycle,
+        recycle: readiness.Recycle,
         reads: _Reads,
         out: GateOutcome,
     ) -> None:
@@ -337,7 +337,7 @@ class SliceActor:
         live = self._slice(name)
         if live is None or live.uid != recycle.slice.uid:
             return  # gone or replaced: the slot is provisioned afresh
-        verdict = gates.judge_slot(
+        verdict = readiness.judge_slot(
             recycle.index, live, self._hosts(reads, name), replica, demand, obs.config, self.clock()
         )
         if verdict.hold is not None:
@@ -387,7 +387,7 @@ class SliceActor:
 
     # -- the release pass ----------------------------------------------------------------
 
-    def release(self, obs: ReleaseObservation, plan: ReleasePlan) -> ReleaseOutcome:
+    def apply_release_plan(self, obs: ReleaseObservation, plan: ReleasePlan) -> ReleaseOutcome:
         """Release the unwanted Slices, then delete the pods of lost ones, each confirmed on
         live values first. Loss detection runs whatever happened to the releases."""
         out = ReleaseOutcome()

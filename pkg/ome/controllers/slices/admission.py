@@ -18,8 +18,7 @@ from ome.api.v1beta1 import GROUP
 from ome.runtime.client import Client
 from ome.runtime.rest import NODES
 from ome.runtime.webhook import AdmissionRequest, AdmissionResponse
-from ome.tpuslice import admission
-from ome.tpuslice import demand as dem
+from ome.tpuslice import admission, placement
 from ome.tpuslice.types import Config
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ class ReplicaAdmission:
                 if not _LABEL_VALUE.fullmatch(value):
                     continue  # no node carries a value that is not a label value
                 selector = (
-                    f"{dem.provision_only_selector(self.config)},"
+                    f"{placement.provision_only_selector(self.config)},"
                     f"{self.config.accelerator_label}={value}"
                 )
                 nodes = self.client.live_list(NODES, label_selector=selector, limit=1)
@@ -83,11 +82,11 @@ class ReplicaAdmission:
             return AdmissionResponse(
                 True, warnings=("admitted unchecked: the review carries no object",)
             )
-        verdict = admission.decide(
+        decision = admission.decide(
             request.operation, request.object, request.old_object, self.config, self.read_nodes
         )
-        if verdict.log:
-            log.warning(verdict.log, extra={"replica": f"{request.namespace}/{request.name}"})
-        if verdict.allowed:
+        if decision.log:
+            log.warning(decision.log, extra={"replica": f"{request.namespace}/{request.name}"})
+        if decision.allowed:
             return AdmissionResponse(True)
-        return AdmissionResponse(False, message=verdict.message, code=403, reason="Forbidden")
+        return AdmissionResponse(False, message=decision.message, code=403, reason="Forbidden")

@@ -17,8 +17,7 @@ from typing import Literal
 from ome.api.v1beta1 import LABEL_INFERENCE_REPLICA, LABEL_INSTANCE_INDEX, LABEL_POD_ORDINAL
 from ome.controllers.inferencereplica.instances import multi_pod
 from ome.kube import JSON, parse_time, pod_terminal
-from ome.tpuslice import demand as shapes
-from ome.tpuslice import naming
+from ome.tpuslice import naming, placement
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.shape import ShapeError
 
@@ -93,7 +92,7 @@ class Replica:
             _map(obj.get("status")),
         )
         runners = [_map(r) for r in _list(spec.get("runners"))]
-        specs = tuple(shapes.instance_pod_specs(runners))
+        specs = tuple(placement.instance_pod_specs(runners))
         first = next((r for r in runners if r.get("name", "default") in ("default", "leader")), {})
         template_meta = _map(_map(first.get("template")).get("metadata"))
         annotations = {
@@ -108,7 +107,7 @@ class Replica:
             generation=_index(meta.get("generation")) or 0,
             replicas=_index(spec.get("replicas")) or 0,
             multi_pod=multi_pod(runners),
-            opted_in=shapes.opted_in(runners),
+            opted_in=placement.opted_in(runners),
             deleting=bool(meta.get("deletionTimestamp")),
             pod_specs=specs,
             # A toleration that is not an object tolerates nothing (read as {}, it would
@@ -151,7 +150,7 @@ class Pod:
         meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
         labels = _map(meta.get("labels"))
         try:
-            chips = shapes.pod_chips(spec, chip_resource)
+            chips = placement.pod_chips(spec, chip_resource)
         except ShapeError:
             chips = 1
         return Pod(

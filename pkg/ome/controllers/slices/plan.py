@@ -21,14 +21,9 @@ from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import demand as demands
-from . import gate as gates
-from . import loss as losses
-from . import messages
-from . import provision as provisioning
-from . import release as releases
-from .demand import Verdict
+from . import losses, messages, provisioning, readiness, releases, validation
 from .model import Event, Pod, Replica
+from .validation import Verdict
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,7 +53,7 @@ class GatePlan:
     verdict: Verdict
     holds: dict[int, Hold] = field(default_factory=dict)
     creates: list[provisioning.Create] = field(default_factory=list)
-    recycles: list[gates.Recycle] = field(default_factory=list)
+    recycles: list[readiness.Recycle] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     confine: dict[int, str] = field(default_factory=dict)
     ready: list[SliceInfo] = field(default_factory=list)
@@ -70,9 +65,9 @@ def gate_pass(obs: GateObservation) -> GatePlan:
     """Demand, then provisioning, then gating. An invalid demand withholds every Instance
     about to get pods; no demand (not opted in, a static pool) holds nothing and confines
     nothing."""
-    verdict = demands.validate(obs.replica, obs.config, obs.provision_only)
+    verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
     if verdict.error:
-        holds, events = demands.withhold(verdict, obs.replica, obs.slots)
+        holds, events = validation.withhold(verdict, obs.replica, obs.slots)
         return GatePlan(verdict, holds=holds, events=events)
     if verdict.no_topology and obs.slots:
         notice = Event(
@@ -83,7 +78,7 @@ def gate_pass(obs: GateObservation) -> GatePlan:
     if verdict.demand is None or not obs.slots:
         return GatePlan(verdict)
     creates, holds = provisioning.provision(obs.replica, obs.slots, obs.slices, obs.creating)
-    gated = gates.gate(
+    judged = readiness.judge_slots(
         obs.replica,
         verdict.demand,
         obs.slots,
@@ -93,15 +88,15 @@ def gate_pass(obs: GateObservation) -> GatePlan:
         obs.config,
         obs.now,
     )
-    holds.update(gated.holds)
+    holds.update(judged.holds)
     return GatePlan(
         verdict,
         holds=holds,
         creates=creates,
-        recycles=gated.recycles,
-        events=gated.events,
-        confine=gated.confine,
-        ready=gated.ready,
+        recycles=judged.recycles,
+        events=judged.events,
+        confine=judged.confine,
+        ready=judged.ready,
     )
 
 
@@ -134,7 +129,7 @@ class ReleasePlan:
 def release_pass(obs: ReleaseObservation) -> ReleasePlan:
     """Release, then loss. A Slice whose delete is already on its way is not released again
     (the cache lags behind our delete); a deleting replica is teardown's."""
-    verdict = demands.validate(obs.replica, obs.config, obs.provision_only)
+    verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
     unwanted = releases.unwanted(obs.replica, verdict, obs.owned, obs.pods)
     suspects = (
         [] if obs.replica.deleting else losses.suspects(obs.replica, obs.pods, obs.named, obs.nodes)

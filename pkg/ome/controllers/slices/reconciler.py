@@ -2,7 +2,7 @@
 caches into ``plan``'s observed values), plans, and has ``act`` carry the plan out. Three
 entry points share the caches and the expectations:
 
-- ``gate``, asked by the InferenceReplica pass about the Instances about to get pods: demand
+- ``slice_gate``, asked by the InferenceReplica pass about the Instances about to get pods: demand
   validation, slice provisioning and readiness gating, whose holds that pass settles;
 - the ``tpuslice`` controller, keyed by replica: release and loss detection, woken by any
   change of the replica, its pods, its Slices, their hosts and the pods of others on those
@@ -30,15 +30,13 @@ from ome.runtime.expectations import Expectations
 from ome.runtime.informer import Informer, index_by_label, object_key
 from ome.runtime.views import ByVersion
 from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_NORMAL
-from ome.tpuslice import demand as shapes
-from ome.tpuslice import naming
+from ome.tpuslice import naming, placement
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import messages
-from . import release as releases
+from . import messages, releases
 from .act import SliceActor
 from .metrics import SliceMetrics
 from .model import Pod, Replica, slots_of
@@ -77,7 +75,7 @@ def holder_view(config: Config) -> Callable[[JSON], JSON]:
     def strip(pod: JSON) -> JSON:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         try:
-            chipless = shapes.pod_chips(spec, config.chip_resource) <= 0
+            chipless = placement.pod_chips(spec, config.chip_resource) <= 0
         except ValueError:
             chipless = False  # unreadable chips count as holding
         if chipless:
@@ -203,7 +201,7 @@ class SliceReconcilers:
     # -- observing -----------------------------------------------------------------------
 
     def _provision_only_accelerator(self, node: JSON) -> list[str]:
-        value = shapes.provision_only_accelerator(node, self.config)
+        value = placement.provision_only_accelerator(node, self.config)
         return [value] if value else []
 
     def _provision_only(self) -> frozenset[str]:
@@ -245,7 +243,9 @@ class SliceReconcilers:
 
     # -- the gate (the InferenceReplica pass) ----------------------------------------------
 
-    def gate(self, raw: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+    def slice_gate(self, raw: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
+        """The InferenceReplica pass's gate for TPU slices: observe, plan the gate pass and
+        carry it out; the holds it answers are that pass's to settle."""
         replica = self.replica_view(raw)
         slots = slots_of(replica, pending)
         at = self._at(replica.slice_name(s) for s in slots.values())
@@ -261,7 +261,7 @@ class SliceReconcilers:
             releasing=releasing,
             now=self.clock(),
         )
-        outcome = self.actor.gate(obs, gate_pass(obs))
+        outcome = self.actor.apply_gate_plan(obs, gate_pass(obs))
         selectors = {i: {self.config.slice_label: name} for i, name in outcome.confine.items()}
         return Gated(outcome.holds, selectors, outcome.failed)
 
@@ -295,7 +295,7 @@ class SliceReconcilers:
             nodes=nodes,
             releasing=releasing,
         )
-        outcome = self.actor.release(obs, release_pass(obs))
+        outcome = self.actor.apply_release_plan(obs, release_pass(obs))
         if outcome.failed:
             return Result(requeue=True)
         if outcome.retry_after is not None:
@@ -457,7 +457,7 @@ class SliceReconcilers:
         if not node:
             return []
         try:
-            if shapes.pod_chips(pod.get("spec") or {}, self.config.chip_resource) <= 0:
+            if placement.pod_chips(pod.get("spec") or {}, self.config.chip_resource) <= 0:
                 return []
         except ValueError:
             pass  # unreadable chips count as holding

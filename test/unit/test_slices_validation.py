@@ -1,5 +1,5 @@
-"""Demand validation of the slice reconcilers (B6, C1, I2): ``demand.validate``
-decides whether an opted-in replica's Instances need a Slice, and ``demand.withhold`` turns an
+"""Demand validation of the slice reconcilers (B6, C1, I2): ``validation.validate``
+decides whether an opted-in replica's Instances need a Slice, and ``validation.withhold`` turns an
 invalid demand into SliceDemandInvalid holds and Warnings, with every text verbatim."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import Hold
-from ome.controllers.slices.demand import Verdict, validate, withhold
 from ome.controllers.slices.model import Event
-from ome.tpuslice.demand import Demand
+from ome.controllers.slices.validation import Verdict, validate, withhold
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from test.unit import slicekit
 from test.unit.slicekit import ACC, BAD, CONFIG, JSON, PROVISION_ONLY, SLICE, TOPO, TPU7X, E

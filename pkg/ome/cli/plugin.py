@@ -45,7 +45,7 @@ from ome.provider import gke
 from ome.runtime.client import describe_error
 from ome.runtime.informer import EventHandler, InformerFactory, index_by_node_name
 from ome.runtime.rest import CONFIGMAPS, NODES, PODS, Rest
-from ome.tpuslice import config as slice_config
+from ome.tpuslice.config import ConfigError, parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
 from . import completion, instance, slices
@@ -271,8 +271,8 @@ def _load_config(rest: Rest, namespace: str) -> Config:
             "namespace (--ome-namespace)"
         )
     try:
-        parsed = slice_config.parse((cm.get("data") or {}).get(CONFIG_KEY))
-    except slice_config.ConfigError as e:
+        parsed = parse_config((cm.get("data") or {}).get(CONFIG_KEY))
+    except ConfigError as e:
         raise CommandError(f"{where}: {_first_line(e)}") from None
     if parsed is None:
         raise CommandError(f"{where} has no {CONFIG_KEY} entry: TPU slice provisioning is off")

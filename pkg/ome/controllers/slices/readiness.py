@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
@@ -145,9 +145,10 @@ def judge_slot(
 
 
 @dataclass(frozen=True)
-class Gated:
-    """The gate's answer for the Instances about to get pods: holds by index, recycles,
-    Warnings, the Slice each ready Instance's pods are confined to, and the Slices seen ready."""
+class SlotVerdicts:
+    """The slot verdicts of the Instances about to get pods, gathered: holds by index,
+    recycles, Warnings, the Slice each ready Instance's pods are confined to, and the Slices
+    seen ready."""
 
     holds: dict[int, Hold] = field(default_factory=dict)
     recycles: list[Recycle] = field(default_factory=list)
@@ -156,7 +157,7 @@ class Gated:
     ready: list[SliceInfo] = field(default_factory=list)
 
 
-def gate(
+def judge_slots(
     replica: Replica,
     demand: Demand,
     slots: Mapping[int, Slot],
@@ -165,10 +166,10 @@ def gate(
     releasing: frozenset[str],
     config: Config,
     now: datetime,
-) -> Gated:
-    """E3 to E6 for every Instance about to get pods whose slot's Slice exists (the others
-    are provisioning's)."""
-    out = Gated()
+) -> SlotVerdicts:
+    """E3 to E6 (``judge_slot``) for every Instance about to get pods whose slot's Slice
+    exists (the others are provisioning's)."""
+    out = SlotVerdicts()
     for index, slot in sorted(slots.items()):
         name = replica.slice_name(slot)
         found = slices.get(name)

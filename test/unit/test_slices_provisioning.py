@@ -1,4 +1,4 @@
-"""Slice provisioning (D1, D2, E3: a slot without a Slice, G3): ``provision.provision``
+"""Slice provisioning (D1, D2, E3: a slot without a Slice, G3): ``provisioning.provision``
 creates a Slice only for a slot that the stored Instance rows want, that has no Slice and no
 create in flight, and holds every such Instance while its Slice waits for partitions."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import Hold
-from ome.controllers.slices.provision import Create, provision
+from ome.controllers.slices.provisioning import Create, provision
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
 from test.unit import slicekit

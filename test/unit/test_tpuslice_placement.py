@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ome.api.v1beta1 import ANNOTATION_TPU_SLICE_PROVISIONING
-from ome.tpuslice.demand import (
+from ome.tpuslice.placement import (
     OPT_IN_ANNOTATION,
     Demand,
     DemandError,

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ome.tpuslice.demand import Demand
 from ome.tpuslice.naming import Slot
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 
 from . import messages
-from .demand import Verdict
 from .model import Pod, Replica, wanted_slots
+from .validation import Verdict
 
 
 def keep(

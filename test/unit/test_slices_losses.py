@@ -1,6 +1,6 @@
-"""Loss detection (H1 to H4): which pods are candidates (``loss.candidates``), what
-a lost Slice takes, checked in H3's order (``loss.judge``), which Slices the caches suspect
-(``loss.suspects``), and the SliceLost text users read."""
+"""Loss detection (H1 to H4): which pods are candidates (``losses.candidates``), what
+a lost Slice takes, checked in H3's order (``losses.judge``), which Slices the caches suspect
+(``losses.suspects``), and the SliceLost text users read."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.slices import messages
-from ome.controllers.slices.loss import Loss, candidates, judge, suspects
+from ome.controllers.slices.losses import Loss, candidates, judge, suspects
 from ome.controllers.slices.model import Pod, Replica
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.slices import SliceInfo

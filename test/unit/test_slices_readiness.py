@@ -1,7 +1,8 @@
 """Readiness gating (E1 to E6, F1, F2, I2): why a slot's pods wait for its Slice
-(``gate.wait_reason``, in E3's order), how long a Slice has waited (``gate.waited``, E5), and
-what the gate says of one slot (``gate.judge_slot``) and of every Instance about to get pods
-(``gate.gate``): holds, recycles, ownership conflicts and confinement, every text verbatim."""
+(``readiness.wait_reason``, in E3's order), how long a Slice has waited (``readiness.waited``,
+E5), and what the gate says of one slot (``readiness.judge_slot``) and of every Instance about
+to get pods (``readiness.judge_slots``): holds, recycles, ownership conflicts and confinement,
+every text verbatim."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
-from ome.controllers.slices.gate import Gated, Recycle, SlotVerdict, gate, judge_slot, wait_reason
-from ome.controllers.slices.gate import waited as waited_for
 from ome.controllers.slices.model import Event
+from ome.controllers.slices.readiness import (
+    Recycle,
+    SlotVerdict,
+    SlotVerdicts,
+    judge_slot,
+    judge_slots,
+    wait_reason,
+    waited,
+)
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
@@ -171,7 +179,7 @@ def test_a_replica_without_a_uid_owns_no_slice() -> None:
 def test_the_wait_is_measured_from_the_last_transition_or_else_the_creation(
     found: SliceInfo, expected: timedelta | None
 ) -> None:
-    assert waited_for(found, NOW) == expected
+    assert waited(found, NOW) == expected
 
 
 # -- judge_slot: E3 holds ---------------------------------------------------------------------
@@ -515,7 +523,7 @@ def test_a_ready_slice_with_every_host_visible_and_usable_confines_the_pods() ->
     assert verdict == SlotVerdict(ready=True)
 
 
-# -- gate ---------------------------------------------------------------------------------------
+# -- judge_slots --------------------------------------------------------------------------------
 
 
 def test_the_gate_judges_each_instance_whose_slice_exists_and_confines_the_ready_ones() -> None:
@@ -531,12 +539,12 @@ def test_the_gate_judges_each_instance_whose_slice_exists_and_confines_the_ready
         n(0): (host("a", slice_name=n(0)),),
         n(5): (host("e", slice_name=n(5), cordoned=True),),
     }
-    out = gate(rep, ONE_HOST, slots, slices, hosts, frozenset(), CONFIG, NOW)
+    out = judge_slots(rep, ONE_HOST, slots, slices, hosts, frozenset(), CONFIG, NOW)
     timeout_text = (
         f"slice {n(2)} is ACTIVATING for 11m3s, longer than the 10m0s ready timeout; {RECYCLED}"
     )
     host_text = f"slice {n(5)} is ACTIVE, but node e is cordoned; {RECYCLED}"
-    assert out == Gated(
+    assert out == SlotVerdicts(
         holds={
             1: hold(f"slice {n(1)} is ACTIVATING"),
             2: hold(timeout_text),
@@ -569,16 +577,16 @@ def test_the_gate_judges_each_instance_whose_slice_exists_and_confines_the_ready
 
 def test_the_gate_holds_a_slice_whose_delete_is_in_flight() -> None:
     slices = {N: sl()}
-    out = gate(
+    out = judge_slots(
         replica(), ONE_HOST, {0: Slot(0, 0)}, slices, {N: (host("a"),)}, frozenset({N}), CONFIG, NOW
     )
-    assert out == Gated(holds={0: hold(f"slice {N} is being released")})
+    assert out == SlotVerdicts(holds={0: hold(f"slice {N} is being released")})
 
 
 def test_a_surge_pods_slot_is_gated_on_its_own_slice() -> None:
     rep = replica(single())
     active, surge = sl(n(0, 0)), sl(n(0, 1), state="ACTIVATING")
-    out = gate(
+    out = judge_slots(
         rep,
         ONE_HOST,
         {0: Slot(0, 1)},
@@ -588,7 +596,7 @@ def test_a_surge_pods_slot_is_gated_on_its_own_slice() -> None:
         CONFIG,
         NOW,
     )
-    assert out == Gated(holds={0: hold(f"slice {n(0, 1)} is ACTIVATING")})
+    assert out == SlotVerdicts(holds={0: hold(f"slice {n(0, 1)} is ACTIVATING")})
 
 
 # -- properties --------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ome.controllers.inferencereplica.instances import Hold
-from ome.tpuslice import demand as shapes
-from ome.tpuslice.demand import Demand
+from ome.tpuslice import placement
+from ome.tpuslice.placement import Demand
 from ome.tpuslice.types import Config
 
 from . import messages
@@ -39,10 +39,10 @@ def validate(replica: Replica, config: Config, provision_only: Iterable[str] | N
         return Verdict()
     known = set(provision_only) if provision_only is not None else None
     try:
-        found = shapes.demand(list(replica.pod_specs), config, known)
-    except shapes.DemandError as e:
+        found = placement.demand(list(replica.pod_specs), config, known)
+    except placement.DemandError as e:
         return Verdict(error=str(e))
-    if found is None and all(shapes.pod_shape(s, config) is None for s in replica.pod_specs):
+    if found is None and all(placement.pod_shape(s, config) is None for s in replica.pod_specs):
         return Verdict(no_topology=True)  # (pod_shape cannot raise here: demand checked it)
     return Verdict(found)
 

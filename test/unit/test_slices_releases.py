@@ -1,5 +1,5 @@
 """Release (C2, D4, G1 to G5): which of our Slices the sweep releases
-(``release.keep``, ``pinned``, ``unwanted``), who defers a release (``holders``), the decision
+(``releases.keep``, ``pinned``, ``unwanted``), who defers a release (``holders``), the decision
 again on live values (``confirm_sweep``) and teardown of a deleted replica (``teardown``)."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.controllers.inferencereplica.instances import Hold
-from ome.controllers.slices.demand import Verdict, validate
-from ome.controllers.slices.gate import SlotVerdict, judge_slot
 from ome.controllers.slices.model import Pod, Replica
-from ome.controllers.slices.release import (
+from ome.controllers.slices.readiness import SlotVerdict, judge_slot
+from ome.controllers.slices.releases import (
     Defer,
     Delete,
     InUse,
@@ -28,6 +27,7 @@ from ome.controllers.slices.release import (
     teardown,
     unwanted,
 )
+from ome.controllers.slices.validation import Verdict, validate
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
