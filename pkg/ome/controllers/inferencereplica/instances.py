@@ -1,4 +1,4 @@
-"""The Instance lifecycle of an InferenceReplica (behaviour.md M1 to M4), as pure decisions.
+"""The Instance lifecycle of an InferenceReplica (M1 to M4), as pure decisions.
 
 ``plan`` takes what the reconciler observed (the replica's spec, its status rows, its pods)
 and returns plain data: the pods to create and delete and the new status rows. Pods an
