@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
+from ome.controllers.holds import HELD_LOOK_AGAIN, Hold
 from ome.controllers.slices.gate import Gated, Recycle, SlotVerdict, gate, judge_slot, wait_reason
 from ome.controllers.slices.gate import waited as waited_for
 from ome.controllers.slices.model import Event

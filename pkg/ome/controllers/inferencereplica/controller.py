@@ -30,6 +30,7 @@ from ome.api.v1beta1 import (
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.backoff import capped_exponential
+from ome.controllers.holds import Gated, GateFunc, Hold
 from ome.durations import format_go_duration, parse_go_duration
 from ome.kube import JSON, json_copy, parse_time, rfc3339
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
@@ -41,7 +42,7 @@ from ome.runtime.rest import MERGE_PATCH, PODS, status_of
 from ome.runtime.views import ByVersion
 
 from . import instances
-from .instances import Hold, Observed
+from .instances import Observed
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +50,6 @@ DEFAULT_TEARDOWN = timedelta(minutes=10)
 #: G5: the Warning of a teardown that finished at its deadline with something still in the
 #: way; it says what to clean up by hand, so the recorder never drops it.
 TEARDOWN_DEADLINE_EXCEEDED = "TeardownDeadlineExceeded"
-
-
-@dataclass(frozen=True)
-class Gated:
-    """A gate's answer for the Instances about to get pods: ``holds`` by index (the first gate
-    that holds an Instance wins), node selector entries to add to each index's pods, and
-    ``failed`` when a write the gate made failed (the pass is then retried with backoff)."""
-
-    holds: Mapping[int, Hold] = field(default_factory=dict)
-    node_selectors: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
-    failed: bool = False
-
-
-#: (replica, {instance index: the pods it is about to get}) -> what may go ahead, and how.
-GateFunc = Callable[[JSON, Mapping[int, list[JSON]]], Gated]
 
 
 @dataclass(frozen=True)
