@@ -34,7 +34,7 @@ AUDIT: dict[str, set[str]] = {
     "inferenceservices.ome.io/status": {"update"},
     # list, watch: the replica informer (setup); get: slices/act.py SliceActor._sweep (live);
     # create, update, delete: InferenceServiceReconciler._apply_replica, _act;
-    # patch: InferenceReplicaReconciler.reconcile and _teardown (the teardown finalizer).
+    # patch: InferenceReplicaReconciler._add_finalizer and _teardown (the teardown finalizer).
     "inferencereplicas.ome.io": {"create", "delete", "get", "list", "patch", "update", "watch"},
     # update: InferenceReplicaReconciler._write_status (replace, subresource="status").
     "inferencereplicas.ome.io/status": {"update"},
