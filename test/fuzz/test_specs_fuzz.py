@@ -21,6 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
+from ome.controllers.holds import Hold
 from ome.controllers.inferencereplica import instances
 from ome.controllers.inferenceservice import project
 from ome.controllers.slices import validation
@@ -456,7 +457,7 @@ def test_the_instance_plan_plans_every_stored_replica(replica: JSON, data: st.Da
         out = instances.settle(
             instances.plan(observed),
             {
-                i: instances.Hold("CapacityProvisioning", "waiting")
+                i: Hold("CapacityProvisioning", "waiting")
                 for i in data.draw(st.sets(st.integers(0, 4), max_size=2))
             },
         )

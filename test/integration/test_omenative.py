@@ -22,8 +22,8 @@ from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
 )
-from ome.controllers.inferencereplica.controller import Gated, Hooks
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Gated, Hold
+from ome.controllers.inferencereplica.controller import Hooks
 from ome.controllers.setup import setup_controllers
 from ome.runtime.certs import generate_ca, issue_serving_cert
 from ome.runtime.manager import Manager, ManagerOptions

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferenceservice.controller import clamp_replicas
+from ome.controllers.inferenceservice.decide import clamp_replicas
 from ome.controllers.inferenceservice.project import (
     COMPONENTS,
     DEFAULT_CONTAINER,

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ome.controllers.holds import Hold
 from ome.controllers.inferencereplica import instances
 from ome.controllers.inferencereplica.instances import (
     HOLD_REWORD_AFTER,
     HOLD_ROUTINE_REWORD_AFTER,
     LABEL_REPLICA,
-    Hold,
     Observed,
     Plan,
     PodSlot,

@@ -30,11 +30,11 @@ METRICS_READER = "ome-metrics-reader"
 AUDIT: dict[str, set[str]] = {
     # list, watch: InferenceService informer (controllers/setup.py setup).
     "inferenceservices.ome.io": {"list", "watch"},
-    # update: InferenceServiceReconciler._status (replace, subresource="status").
+    # update: InferenceServiceReconciler._write_status (replace, subresource="status").
     "inferenceservices.ome.io/status": {"update"},
     # list, watch: the replica informer (setup); get: slices/act.py SliceActor._sweep (live);
-    # create, update, delete: InferenceServiceReconciler._apply_replica, _delete_removed;
-    # patch: InferenceReplicaReconciler.reconcile and _teardown (the teardown finalizer).
+    # create, update, delete: InferenceServiceReconciler._apply_replica, _act;
+    # patch: InferenceReplicaReconciler._add_finalizer and _teardown (the teardown finalizer).
     "inferencereplicas.ome.io": {"create", "delete", "get", "list", "patch", "update", "watch"},
     # update: InferenceReplicaReconciler._write_status (replace, subresource="status").
     "inferencereplicas.ome.io/status": {"update"},

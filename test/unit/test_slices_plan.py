@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.controllers.slices.model import Event, Pod, Replica
 from ome.controllers.slices.plan import (
     GateObservation,

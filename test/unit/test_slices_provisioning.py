@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.controllers.slices.provisioning import Create, provision
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo

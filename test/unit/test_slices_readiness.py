@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
+from ome.controllers.holds import HELD_LOOK_AGAIN, Hold
 from ome.controllers.slices.model import Event
 from ome.controllers.slices.readiness import (
     Recycle,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.controllers.slices.model import Pod, Replica
 from ome.controllers.slices.readiness import SlotVerdict, judge_slot
 from ome.controllers.slices.releases import (

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.controllers.slices.model import Event
 from ome.controllers.slices.validation import Verdict, validate, withhold
 from ome.tpuslice.placement import Demand

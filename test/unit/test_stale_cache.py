@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ome.controllers.inferencereplica.controller import REBUILD_BACKOFF, RebuildBackoff
+from ome.controllers.inferencereplica.controller import RebuildBackoff
+from ome.controllers.inferencereplica.decide import REBUILD_BACKOFF
 from ome.controllers.inferenceservice.controller import InferenceServiceReconciler
 
 JSON = dict[str, Any]

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from ome.controllers.holds import Gated
 from ome.controllers.inferencereplica import controller as replica_controller
 from ome.entrypoints import manager
 from ome.kube import JSON
@@ -47,9 +48,9 @@ def _no_slice_gate() -> None:
         self: replica_controller.InferenceReplicaReconciler,
         replica: JSON,
         pending: Mapping[int, list[JSON]],
-    ) -> replica_controller.Gated:
+    ) -> Gated:
         answer = original(self, replica, pending)
-        return replica_controller.Gated({}, answer.node_selectors, answer.failed)
+        return Gated({}, answer.node_selectors, answer.failed)
 
     replica_controller.InferenceReplicaReconciler._gate = gate  # type: ignore[method-assign]
 

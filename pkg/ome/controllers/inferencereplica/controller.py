@@ -1,11 +1,13 @@
-"""The InferenceReplica reconciler: observes the replica and its pods, asks ``instances.plan``
-what to do, asks its gates about the Instances about to get pods, settles the plan and
-carries it out (pods, ControllerRevisions, status, the teardown finalizer). Keyed by
-replica; pod events map to it by the replica label.
+"""The InferenceReplica reconciler: observes the replica and its pods into ``Observed``,
+asks ``instances.plan`` what to do, holds the Instances rebuilt too often (``decide``), asks
+its gates about the other Instances about to get pods, settles the plan and carries it out
+in one place (pods, ControllerRevisions, the status ``decide`` computes, the teardown
+finalizer). Keyed by replica; pod events map to it by the replica label.
 
-It never decides lifecycle itself: that is ``instances``. Deletes carry the pod's UID, a pod
-the cache misses is confirmed with a live read before its Instance is rebuilt, and creates
-and deletes the cache does not show yet are expected, so a lagging cache never repeats one.
+It never decides lifecycle itself: that is ``instances`` and ``decide``. Deletes carry the
+pod's UID, a pod the cache misses is confirmed with a live read before its Instance is
+rebuilt, and creates and deletes the cache does not show yet are expected, so a lagging
+cache never repeats one.
 """
 
 from __future__ import annotations
@@ -24,14 +26,12 @@ from ome.api.v1beta1 import (
     INFERENCE_REPLICAS,
     LABEL_INFERENCE_REPLICA,
     LABEL_MANAGED_BY,
-    LABEL_REVISION_HASH,
-    controller_reference,
 )
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
-from ome.backoff import capped_exponential
-from ome.durations import format_go_duration, parse_go_duration
-from ome.kube import JSON, json_copy, parse_time, rfc3339
+from ome.controllers.holds import Gated, GateFunc, Hold
+from ome.durations import parse_go_duration
+from ome.kube import JSON, json_copy, parse_time
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
 from ome.runtime.controller import Controller, Result, gone_high
 from ome.runtime.events import EventRecorder
@@ -40,8 +40,9 @@ from ome.runtime.informer import Informer
 from ome.runtime.rest import MERGE_PATCH, PODS, status_of
 from ome.runtime.views import ByVersion
 
-from . import instances
-from .instances import Hold, Observed
+from . import decide, instances
+from .decide import REBUILD_WINDOW, REBUILDS_ALLOWED
+from .instances import Observed, Plan
 
 log = logging.getLogger(__name__)
 
@@ -49,21 +50,6 @@ DEFAULT_TEARDOWN = timedelta(minutes=10)
 #: G5: the Warning of a teardown that finished at its deadline with something still in the
 #: way; it says what to clean up by hand, so the recorder never drops it.
 TEARDOWN_DEADLINE_EXCEEDED = "TeardownDeadlineExceeded"
-
-
-@dataclass(frozen=True)
-class Gated:
-    """A gate's answer for the Instances about to get pods: ``holds`` by index (the first gate
-    that holds an Instance wins), node selector entries to add to each index's pods, and
-    ``failed`` when a write the gate made failed (the pass is then retried with backoff)."""
-
-    holds: Mapping[int, Hold] = field(default_factory=dict)
-    node_selectors: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
-    failed: bool = False
-
-
-#: (replica, {instance index: the pods it is about to get}) -> what may go ahead, and how.
-GateFunc = Callable[[JSON, Mapping[int, list[JSON]]], Gated]
 
 
 @dataclass(frozen=True)
@@ -93,14 +79,10 @@ def now_utc() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-#: The waiting token of an Instance rebuilt too often: its pods wait before the next rebuild.
-REBUILD_BACKOFF = "RebuildBackoff"
-
-
 class RebuildBackoff:
-    """Spaces the rebuilds of an Instance that keeps losing its pods, as the kubelet spaces a
-    crashing container's restarts: more than ``allowed`` rebuilds within ``window`` hold the
-    next one back for 10 s, doubling with each further rebuild, up to 5 minutes. Whatever
+    """The memory of each Instance's rebuilds, shared by the replica's workers: whether its
+    next rebuild waits, and how long, is ``decide.rebuild_hold`` of these times (more than
+    ``allowed`` within ``window`` hold it back for 10 s, doubling up to 5 minutes). Whatever
     makes the Instance rebuild (a stale cache, a pod deleted from outside in a loop), it then
     costs a few writes a minute, not thousands; each backoff says why in one log line.
 
@@ -112,9 +94,7 @@ class RebuildBackoff:
     logged for it, so each backoff is logged once.
     """
 
-    INITIAL, CAP = 10.0, 300.0
-
-    def __init__(self, allowed: int = 3, window: timedelta = timedelta(minutes=1)) -> None:
+    def __init__(self, allowed: int = REBUILDS_ALLOWED, window: timedelta = REBUILD_WINDOW) -> None:
         self.allowed, self.window = allowed, window
         self._lock = threading.Lock()
         self._times: dict[tuple[str, int], list[datetime]] = {}
@@ -129,22 +109,11 @@ class RebuildBackoff:
         """The hold on ``index``'s next rebuild, and the seconds it has left; None to go."""
         with self._lock:
             times = self._recent(key, index, now)
-            excess = len(times) - self.allowed
-            if excess <= 0:
-                return None
-            wait = capped_exponential(excess, self.INITIAL, self.CAP)
-            left = (times[-1] + timedelta(seconds=wait) - now).total_seconds()
-            if left <= 0:
-                return None
-            text = (
-                f"instance {index} was rebuilt {len(times)} times in the last "
-                f"{format_go_duration(self.window)}; its next rebuild waits "
-                f"{format_go_duration(timedelta(seconds=wait))}"
-            )
-            if self._told.get((key, index)) != len(times):
+            held = decide.rebuild_hold(index, times, now, self.allowed, self.window)
+            if held is not None and self._told.get((key, index)) != len(times):
                 self._told[(key, index)] = len(times)
-                log.warning("%s: %s", key, text)
-            return Hold(REBUILD_BACKOFF, text), left
+                log.warning("%s: %s", key, held[0].message)
+            return held
 
     def forget(self, key: str) -> None:
         with self._lock:
@@ -153,7 +122,7 @@ class RebuildBackoff:
                     del table[k]
 
     def _recent(self, key: str, index: int, now: datetime) -> list[datetime]:
-        times = [t for t in self._times.get((key, index), []) if now - t < self.window]
+        times = decide.recent(self._times.get((key, index), []), now, self.window)
         self._times[(key, index)] = times
         return times
 
@@ -221,25 +190,28 @@ class InferenceReplicaReconciler:
         written = self._written.get(key, str(replica["metadata"].get("resourceVersion", "")))
         if written is not None:
             replica = json_copy(written)  # the cache has not caught up with our write
-        meta = replica["metadata"]
-        if meta.get("deletionTimestamp"):
+        if replica["metadata"].get("deletionTimestamp"):
             return self._teardown(replica)
-        if TEARDOWN_FINALIZER not in (meta.get("finalizers") or []):
-            self.client.patch(
-                INFERENCE_REPLICAS,
-                meta["name"],
-                {
-                    "metadata": {
-                        "finalizers": [*(meta.get("finalizers") or []), TEARDOWN_FINALIZER],
-                        "resourceVersion": meta["resourceVersion"],
-                    }
-                },
-                meta["namespace"],
-            )
+        if TEARDOWN_FINALIZER not in (replica["metadata"].get("finalizers") or []):
+            self._add_finalizer(replica)
             return None  # the update brings us back
-        # Only pods this replica owns (its UID): a pod of an earlier replica of the same name
-        # is garbage, never one of its Instances' pods, whatever the cache still shows.
-        replica_uid = str(meta.get("uid", ""))
+        obs = self._observe(key, replica)
+        plan = instances.plan(obs)
+        # An Instance rebuilt too often waits first: its gates (its Slice) are not asked.
+        holds = self._hold_rebuilt(key, obs, plan)
+        pending = {i: pods for i, pods in plan.about_to_create().items() if i not in holds}
+        gated = self._gate(replica, pending)
+        instances.settle(plan, {**holds, **gated.holds})
+        return self._act(key, obs, plan, gated)
+
+    # -- observing -----------------------------------------------------------------------
+
+    def _observe(self, key: str, replica: JSON) -> Observed:
+        """The replica's pods (only those it owns, by its UID: a pod of an earlier replica of
+        the same name is garbage, never one of its Instances' pods, whatever the cache still
+        shows), our creates and deletes the cache does not show yet, its revision, and the
+        pods the cache misses that a live read confirms gone."""
+        replica_uid = str(replica["metadata"].get("uid", ""))
         pods = [p for p in self.pods.peek_by_index("replica", key) if _owned_by(p, replica_uid)]
         creating, going = self.expectations.observe(
             key,
@@ -251,48 +223,66 @@ class InferenceReplicaReconciler:
                 for p in pods
             },
         )
-        now = self.clock()
         revision = self._revision_of(replica)
-        obs = Observed(replica, pods, now, expected_new=creating, going=going, revision=revision)
-        obs = dataclasses.replace(
+        obs = Observed(
+            replica, pods, self.clock(), expected_new=creating, going=going, revision=revision
+        )
+        return dataclasses.replace(
             obs, confirmed_gone=self._confirm_gone(replica, instances.suspects(obs))
         )
-        plan = instances.plan(obs)
-        before = {
-            r.get("index"): r.get("incarnation", 0)
-            for r in (replica.get("status") or {}).get("instanceStatuses") or []
-        }
-        for row in plan.rows:
-            if row.get("incarnation", 0) != before.get(row.get("index"), row.get("incarnation", 0)):
-                self.backoff.rebuilt(key, int(row["index"]), now)
-        # An Instance rebuilt too often waits first: its gates (its Slice) are not asked.
-        pending = plan.about_to_create()
+
+    def _hold_rebuilt(self, key: str, obs: Observed, plan: Plan) -> dict[int, Hold]:
+        """Remember the Instances this plan rebuilt; the holds on those about to get pods
+        that were rebuilt too often, the plan woken when each hold ends."""
+        previous = (obs.replica.get("status") or {}).get("instanceStatuses") or []
+        for index in decide.rebuilt(previous, plan.rows):
+            self.backoff.rebuilt(key, index, obs.now)
         holds: dict[int, Hold] = {}
-        for index in list(pending):
-            backing_off = self.backoff.hold(key, index, now)
+        for index in sorted(plan.pending):
+            backing_off = self.backoff.hold(key, index, obs.now)
             if backing_off is not None:
                 holds[index] = backing_off[0]
                 plan.wake_in(backing_off[1])
-                del pending[index]
-        gated = self._gate(replica, pending)
-        holds.update(gated.holds)
-        instances.settle(plan, holds)
+        return holds
+
+    # -- acting --------------------------------------------------------------------------
+
+    def _act(self, key: str, obs: Observed, plan: Plan, gated: Gated) -> Result | None:
+        """Carry the settled plan out: the runners' ControllerRevision, the pod deletes, the
+        pod creates (confined as the gates said), then the status; a failed write (a gate's
+        too) retries the pass with backoff."""
+        replica, revision = obs.replica, self._revision_of(obs.replica)
         self._ensure_revision(replica, revision)
         failed = gated.failed
         for name, uid in plan.delete:
-            failed |= not self._delete_pod(key, meta["namespace"], name, uid)
+            failed |= not self._delete_pod(key, replica["metadata"]["namespace"], name, uid)
+        decide.confine(plan.create, gated.node_selectors)
         for pod in plan.create:
-            at = instances.index_of(pod)
-            extra = gated.node_selectors.get(at, {}) if at is not None else {}
-            if extra:
-                pod["spec"].setdefault("nodeSelector", {}).update(extra)
             failed |= not self._create_pod(key, replica, pod)
-        self._write_status(replica, plan.rows, revision)
+        self._write_status(
+            replica, decide.replica_status(replica, plan.rows, revision, self.clock())
+        )
         if failed:
             return Result(requeue=True)
         if plan.requeue_after is not None:
             return Result(requeue_after=plan.requeue_after)
         return None
+
+    def _add_finalizer(self, replica: JSON) -> None:
+        """The teardown finalizer, on a replica that lacks it; the patch carries the version
+        it read, so it never lands on a newer one."""
+        meta = replica["metadata"]
+        self.client.patch(
+            INFERENCE_REPLICAS,
+            meta["name"],
+            {
+                "metadata": {
+                    "finalizers": [*(meta.get("finalizers") or []), TEARDOWN_FINALIZER],
+                    "resourceVersion": meta["resourceVersion"],
+                }
+            },
+            meta["namespace"],
+        )
 
     def _gate(self, replica: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
         """Ask every gate about the Instances about to get pods; the first hold wins."""
@@ -374,68 +364,29 @@ class InferenceReplicaReconciler:
         return True
 
     def _ensure_revision(self, replica: JSON, revision: str) -> None:
-        meta = replica["metadata"]
-        name = f"{meta['name']}-{revision}"
-        status = replica.get("status") or {}
-        if status.get("updateRevision") == revision:
+        if decide.revision_recorded(replica, revision):
             return
+        meta = replica["metadata"]
         existing = self.client.live_list(
             CONTROLLER_REVISIONS,
             meta["namespace"],
             label_selector=f"{LABEL_INFERENCE_REPLICA}={meta['name']}",
         )
-        if any(r["metadata"]["name"] == name for r in existing):
+        body = decide.revision_body(replica, revision, existing)
+        if body is None:
             return
-        number = max((int(r.get("revision", 0)) for r in existing), default=0) + 1
-        body = {
-            "apiVersion": "apps/v1",
-            "kind": "ControllerRevision",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": {LABEL_INFERENCE_REPLICA: meta["name"], LABEL_REVISION_HASH: revision},
-                "ownerReferences": [controller_reference(replica, "InferenceReplica")],
-            },
-            "revision": number,
-            "data": {"runners": replica["spec"].get("runners") or []},
-        }
         try:
             self.client.create(CONTROLLER_REVISIONS, body, meta["namespace"])
         except ApiException as e:
             if e.status != 409:
                 raise
 
-    def _write_status(self, replica: JSON, rows: list[JSON], revision: str) -> None:
-        meta, spec = replica["metadata"], replica.get("spec") or {}
-        old = replica.get("status") or {}
-        serving = [r for r in rows if r.get("phase") != "Deleting"]
-        ready = [r for r in serving if r.get("phase") == "Ready"]
-        desired = int(spec.get("replicas") or 0)
-        status = json_copy(old)
-        status.update(
-            {
-                "observedGeneration": meta.get("generation", 1),
-                "replicas": len(serving),
-                "readyReplicas": len(ready),
-                "availableReplicas": len(ready),
-                "updatedReplicas": sum(1 for r in ready if r.get("runningRevision") == revision),
-                "selector": f"{LABEL_INFERENCE_REPLICA}={meta['name']}",
-                "currentRevision": _current_revision(ready, revision, old),
-                "updateRevision": revision,
-                "instanceStatuses": rows,
-            }
-        )
-        ok = len(ready) >= desired and all(r.get("runningRevision") == revision for r in ready)
-        status["conditions"] = _set_condition(
-            old.get("conditions") or [],
-            "Ready",
-            "True" if ok else "False",
-            "InstancesReady" if ok else "InstancesNotReady",
-            f"{len(ready)} of {desired} instances ready",
-            meta.get("generation", 1),
-        )
-        if status == old:
+    def _write_status(self, replica: JSON, status: JSON | None) -> None:
+        """Write the decided status (None: unchanged, nothing to write), remembered until the
+        cache shows it: the status is the Instances' memory."""
+        if status is None:
             return
+        meta = replica["metadata"]
         body = json_copy(replica)
         body["status"] = status
         try:
@@ -565,30 +516,3 @@ def replica_key_of_pod(pod: JSON) -> list[str]:
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or LABEL_INFERENCE_REPLICA not in labels:
         return []
     return [f"{meta.get('namespace', '')}/{labels[LABEL_INFERENCE_REPLICA]}"]
-
-
-def _current_revision(ready: list[JSON], revision: str, old: JSON) -> str:
-    if ready and all(r.get("runningRevision") == revision for r in ready):
-        return revision
-    return str(
-        old.get("currentRevision") or (ready[0].get("runningRevision") if ready else revision)
-    )
-
-
-def _set_condition(
-    conditions: list[JSON], ctype: str, status: str, reason: str, message: str, generation: int
-) -> list[JSON]:
-    out = [dict(c) for c in conditions if c.get("type") != ctype]
-    old = next((c for c in conditions if c.get("type") == ctype), None)
-    since = old.get("lastTransitionTime") if old and old.get("status") == status else None
-    out.append(
-        {
-            "type": ctype,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since or rfc3339(now_utc()),
-            "observedGeneration": generation,
-        }
-    )
-    return sorted(out, key=lambda c: str(c["type"]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -30,6 +30,7 @@ from ome.api.v1beta1 import LABEL_INSTANCE_INDEX as LABEL_INDEX
 from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
 from ome.api.v1beta1 import LABEL_REVISION_HASH as LABEL_REVISION
 from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
+from ome.controllers.holds import HELD_LOOK_AGAIN, Hold
 from ome.durations import parse_go_duration
 from ome.kube import JSON, json_copy, parse_time, rfc3339
 
@@ -175,23 +176,6 @@ def running_revision(pods: list[JSON], revision: str) -> str:
 
 
 # -- the plan --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hold:
-    """Why an Instance's pods are withheld: a waiting token (e.g. ``CapacityProvisioning``)
-    and the message recorded as its last failure. ``routine`` says of a reason of this
-    token whether it only tells that the wait is on its usual way (a new Slice's passage
-    through its states): between two such reasons a user reads no difference, so a new
-    wording waits ``HOLD_ROUTINE_REWORD_AFTER`` (None: every wording is news). A gate that
-    gives ``routine`` promises that its watches wake the replica when such a wait moves on,
-    so a routine hold is not polled (``HELD_LOOK_AGAIN``); ``look_again`` is then when its
-    answer changes with no event (a deadline), in seconds (None: never)."""
-
-    token: str
-    message: str
-    routine: Callable[[str], bool] | None = field(default=None, compare=False)
-    look_again: float | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -735,10 +719,6 @@ def hold_reason(failure: object) -> str | None:
     prefix = f"{token}{_HELD.format(pod=pod)}"
     return message[len(prefix) :] if message.startswith(prefix) else None
 
-
-#: A held Instance is looked at again this often, unless its hold is routine (the capacity
-#: on its way), whose ending an event always announces.
-HELD_LOOK_AGAIN = 5.0
 
 #: E7: how long a hold's record stands before another wording of the same hold replaces it.
 #: A new Slice goes through its states (no partitions, partitions and no state, ACTIVATING,

@@ -1,21 +1,18 @@
-"""The InferenceService reconciler (OMENative): resolves the model and runtime, projects one
-InferenceReplica per component, and reports conditions. A refused replica write becomes a
+"""The InferenceService reconciler (OMENative): observes the service, its model and runtime
+and its InferenceReplicas into a ``ServiceObservation``, has ``decide`` plan each component's
+replica, its conditions and status, and writes them. A refused replica write becomes a
 ``ComponentReconcileError`` Warning ending with the API server's reason.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubernetes.client.exceptions import ApiException
 
-from ome.api.v1beta1 import (
-    FINALIZER_IR_TEARDOWN,
-    INFERENCE_REPLICAS,
-    INFERENCE_SERVICES,
-    controller_reference,
-)
+from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
 from ome.kube import JSON, json_copy
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result
@@ -24,25 +21,22 @@ from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
 from ome.runtime.rest import status_of
 
-from .project import COMPONENTS, SpecError, merge_component, replica_spec
+from .decide import (
+    Applied,
+    ComponentPlan,
+    ServiceObservation,
+    ServicePlan,
+    plan_service,
+    service_conditions,
+    service_status,
+)
+from .project import COMPONENTS
 
 log = logging.getLogger(__name__)
 
-OMENATIVE = "OMENative"
 
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def condition(ctype: str, status: str, reason: str, message: str, generation: int) -> JSON:
-    return {
-        "type": ctype,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-    }
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 class InferenceServiceReconciler:
@@ -56,6 +50,7 @@ class InferenceServiceReconciler:
         models: Informer,
         cluster_models: Informer,
         recorder: EventRecorder,
+        clock: Callable[[], datetime] = _now,
     ) -> None:
         self.client = client
         self.services = services
@@ -63,6 +58,7 @@ class InferenceServiceReconciler:
         self.runtimes, self.cluster_runtimes = runtimes, cluster_runtimes
         self.models, self.cluster_models = models, cluster_models
         self.recorder = recorder
+        self.clock = clock
         #: our last status write per service, until the cache shows it (a pass before then
         #: would write the same status again, against the version it replaced: a 409)
         self._written: LatestWrites[JSON] = LatestWrites()
@@ -84,144 +80,49 @@ class InferenceServiceReconciler:
         return c
 
     def reconcile(self, key: str) -> Result | None:
+        obs = self._observe(key)
+        if obs is None:
+            return None
+        plan = plan_service(obs)
+        applied = self._act(obs, plan)
+        conditions = service_conditions(obs, plan, applied)
+        self._write_status(obs.service, service_status(obs.service, conditions, self.clock()))
+        if any(a.stale for a in applied):
+            # The replica moved on since the cache's copy, in a change that may not wake us
+            # (its rows: ``replica_news``): the update is tried again on the newer copy.
+            return Result(requeue=True)
+        return None
+
+    # -- observing -----------------------------------------------------------------------
+
+    def _observe(self, key: str) -> ServiceObservation | None:
+        """The service and what it names, from the caches; None for a service gone (its
+        memories forgotten) or being deleted (its replicas go with it: they are owned)."""
         isvc = self.services.get(key)
         if isvc is None:
             self._written.forget(key)
             self._creating.forget(key)
             return None
         if isvc["metadata"].get("deletionTimestamp"):
-            return None  # its replicas go with it: they are owned
+            return None
         written = self._written.get(key, str(isvc["metadata"].get("resourceVersion", "")))
         if written is not None:
             isvc = json_copy(written)  # the cache has not caught up with our write
-        ns = isvc["metadata"]["namespace"]
-        generation = int(isvc["metadata"].get("generation", 1))
-        spec = isvc.get("spec") or {}
-        conditions: list[JSON] = []
-        mode = spec.get("deploymentMode") or OMENATIVE
-        if mode != OMENATIVE:
-            return self._status(
-                isvc,
-                [
-                    condition(
-                        "Ready",
-                        "False",
-                        "UnsupportedDeploymentMode",
-                        f'deploymentMode "{mode}" is not supported: '
-                        "this controller serves OMENative only",
-                        generation,
-                    )
-                ],
-            )
-        model_name = (spec.get("model") or {}).get("name", "")
-        if not self._model(ns, spec.get("model") or {}):
-            return self._status(
-                isvc,
-                [
-                    condition(
-                        "Ready",
-                        "False",
-                        "ModelNotFound",
-                        f'model "{model_name}" not found: '
-                        f"no BaseModel in namespace {ns} and no ClusterBaseModel",
-                        generation,
-                    )
-                ],
-            )
-        runtime_name = (spec.get("runtime") or {}).get("name", "")
+        ns, spec = isvc["metadata"]["namespace"], isvc.get("spec") or {}
         runtime = self._runtime(ns, spec.get("runtime") or {})
-        if runtime is None:
-            return self._status(
-                isvc,
-                [
-                    condition(
-                        "Ready",
-                        "False",
-                        "RuntimeNotFound",
-                        f'runtime "{runtime_name}" not found: '
-                        f"no ServingRuntime in namespace {ns} and no ClusterServingRuntime",
-                        generation,
-                    )
-                ],
-            )
-        engine_config = (runtime.get("spec") or {}).get("engineConfig") or {}
-        all_ready = True
-        lagging = False  # a replica update refused on a stale version: look again soon
-        present = [c for c in COMPONENTS if spec.get(c) is not None]
-        if not present:
-            return self._status(
-                isvc,
-                [
-                    condition(
-                        "Ready",
-                        "False",
-                        "NoComponents",
-                        "the InferenceService has no engine, decoder or router",
-                        generation,
-                    )
-                ],
-            )
-        for comp in present:
-            ctype = f"{comp.capitalize()}Ready"
-            merged = merge_component(engine_config, spec[comp])
-            try:
-                wanted = replica_spec(isvc, comp, merged)
-            except SpecError as e:
-                all_ready = False
-                conditions.append(condition(ctype, "False", "InvalidSpec", str(e), generation))
-                self.recorder.event(isvc, "Warning", "InvalidSpec", str(e))
-                continue
-            existing = self._replica(isvc, wanted.name)
-            if existing is not None:
-                # An autoscaler (or kubectl scale) may move replicas within [min, max].
-                wanted.spec["replicas"] = clamp_replicas(
-                    (existing.get("spec") or {}).get("replicas"), merged
-                )
-            error, stale = self._apply_replica(isvc, wanted.name, wanted.spec, wanted.labels)
-            lagging |= stale
-            if error is not None:
-                all_ready = False
-                conditions.append(
-                    condition(ctype, "False", "ComponentReconcileError", error, generation)
-                )
-                continue
-            replica = self._replica(isvc, wanted.name)
-            status = (replica or {}).get("status") or {}
-            ready = int(status.get("readyReplicas") or 0)
-            desired = int(wanted.spec["replicas"])
-            ok = (
-                replica is not None
-                and ready >= desired
-                and status.get("updateRevision") == status.get("currentRevision")
-            )
-            all_ready &= ok
-            conditions.append(
-                condition(
-                    ctype,
-                    "True" if ok else "False",
-                    "ComponentReady" if ok else "ComponentNotReady",
-                    f"{ready} of {desired} instances ready",
-                    generation,
-                )
-            )
-        self._delete_removed(isvc, present)
-        conditions.append(
-            condition(
-                "Ready",
-                "True" if all_ready else "False",
-                "AllComponentsReady" if all_ready else "ComponentsNotReady",
-                "all components are ready" if all_ready else "some components are not ready",
-                generation,
-            )
+        replicas = {
+            c: found
+            for c in COMPONENTS
+            if (found := self._replica(isvc, f"{isvc['metadata']['name']}-{c}")) is not None
+        }
+        return ServiceObservation(
+            service=isvc,
+            model_found=self._model(ns, spec.get("model") or {}) is not None,
+            engine_config=None
+            if runtime is None
+            else (runtime.get("spec") or {}).get("engineConfig") or {},
+            replicas=replicas,
         )
-        result = self._status(isvc, conditions)
-        if lagging and result is None:
-            # The replica moved on since the cache's copy, in a change that may not wake us
-            # (its rows: ``replica_news``): the update is tried again on the newer copy.
-            return Result(requeue=True)
-        return result
-
-    # -- resolving -----------------------------------------------------------------------
 
     def _replica(self, isvc: JSON, name: str) -> JSON | None:
         """The cached InferenceReplica ``name`` of this InferenceService, only if it is this
@@ -241,113 +142,80 @@ class InferenceServiceReconciler:
     def _model(self, ns: str, ref: JSON) -> JSON | None:
         name, kind = ref.get("name", ""), ref.get("kind")
         if kind != "ClusterBaseModel":
-            found = self.models.get(f"{ns}/{name}")
+            found = self.models.peek(f"{ns}/{name}")
             if found is not None or kind == "BaseModel":
                 return found
-        return self.cluster_models.get(name)
+        return self.cluster_models.peek(name)
 
     def _runtime(self, ns: str, ref: JSON) -> JSON | None:
+        """The cache's own runtime: only read (``merge_component`` copies what it takes)."""
         name, kind = ref.get("name", ""), ref.get("kind")
         if kind != "ClusterServingRuntime":
-            found = self.runtimes.get(f"{ns}/{name}")
+            found = self.runtimes.peek(f"{ns}/{name}")
             if found is not None or kind == "ServingRuntime":
                 return found
-        return self.cluster_runtimes.get(name)
+        return self.cluster_runtimes.peek(name)
 
-    # -- writing -------------------------------------------------------------------------
+    # -- acting --------------------------------------------------------------------------
 
-    def _apply_replica(
-        self, isvc: JSON, name: str, spec: JSON, labels: dict[str, str]
-    ) -> tuple[str | None, bool]:
-        """Create or update the replica; a refused write is reported and its reason returned,
-        with whether an update was refused because the cache's copy was stale (409)."""
+    def _act(self, obs: ServiceObservation, plan: ServicePlan) -> list[Applied]:
+        """Each component in order (an invalid one's Warning, or its replica's write), then
+        the deletes of removed components' replicas; how each component's write went."""
+        isvc = obs.service
+        applied: list[Applied] = []
+        for component in plan.components:
+            if component.invalid is not None:
+                self.recorder.event(isvc, "Warning", "InvalidSpec", component.invalid)
+                applied.append(Applied())
+            else:
+                applied.append(
+                    self._apply_replica(isvc, component, obs.replicas.get(component.component))
+                )
         ns = isvc["metadata"]["namespace"]
+        for name, uid in plan.delete:
+            self.client.delete(INFERENCE_REPLICAS, name, ns, uid=uid)
+        return applied
+
+    def _apply_replica(self, isvc: JSON, component: ComponentPlan, current: JSON | None) -> Applied:
+        """Create or replace the replica as planned; a refused write is reported as a
+        ComponentReconcileError Warning, and its message returned, with whether an update was
+        refused because the cache's copy was stale (409)."""
+        ns, name = isvc["metadata"]["namespace"], component.replica
         key = f"{ns}/{isvc['metadata']['name']}"
-        current = self._replica(isvc, name)
         if current is not None:
             self._creating.observe(key, {name: (current["metadata"].get("uid", ""), False)})
         elif not self._creating.reserve_create(key, name):
-            return None, False  # created a moment ago: the cache does not show it yet
+            return Applied()  # created a moment ago: the cache does not show it yet
         try:
-            if current is None:
-                created = self.client.create(
-                    INFERENCE_REPLICAS,
-                    {
-                        "apiVersion": "ome.io/v1beta1",
-                        "kind": "InferenceReplica",
-                        "metadata": {
-                            "name": name,
-                            "namespace": ns,
-                            "labels": labels,
-                            "ownerReferences": [controller_reference(isvc, "InferenceService")],
-                            # The replica's teardown finalizer from the start: the replica's
-                            # controller would otherwise add it in a write of its own.
-                            "finalizers": [FINALIZER_IR_TEARDOWN],
-                        },
-                        "spec": spec,
-                    },
-                    ns,
-                )
+            if component.create is not None:
+                created = self.client.create(INFERENCE_REPLICAS, component.create, ns)
                 self._creating.created(key, name, (created.get("metadata") or {}).get("uid", ""))
-            elif "lifecycle" not in spec and "lifecycle" in (current.get("spec") or {}):
-                # Lifecycle is the replica's own setting (an operator's): keep it.
-                spec["lifecycle"] = json_copy(current["spec"]["lifecycle"])
-            if current is not None and (
-                current.get("spec") != spec
-                or any(
-                    (current["metadata"].get("labels") or {}).get(k) != v for k, v in labels.items()
-                )
-            ):
-                body = json_copy(current)
-                body["spec"] = spec
-                body["metadata"].setdefault("labels", {}).update(labels)
-                self.client.replace(INFERENCE_REPLICAS, body, ns)
+            elif component.update is not None:
+                self.client.replace(INFERENCE_REPLICAS, component.update, ns)
         except ApiException as e:
             if current is None:
                 self._creating.create_failed(key, name)
             if e.status == 409:
                 # The cache lags: a create's replica comes with its event; an update's newer
                 # copy may not wake us.
-                return None, current is not None
+                return Applied(stale=current is not None)
             reason = status_of(e).get("message") or f"{e.status} {e.reason}"
             message = f"failed to reconcile component {name}: {reason}"
             self.recorder.event(isvc, "Warning", "ComponentReconcileError", message)
             if e.status in (400, 403, 404, 422) or (e.status or 0) < 500:
-                return message, False
+                return Applied(refused=message)
             raise
         except Exception:
             if current is None:
                 self._creating.create_failed(key, name)  # whether it landed, a retry tells
             raise
-        return None, False
+        return Applied()
 
-    def _delete_removed(self, isvc: JSON, present: list[str]) -> None:
-        ns, name = isvc["metadata"]["namespace"], isvc["metadata"]["name"]
-        for comp in COMPONENTS:
-            if comp in present:
-                continue
-            replica = self._replica(isvc, f"{name}-{comp}")
-            if replica is not None and not replica["metadata"].get("deletionTimestamp"):
-                self.client.delete(
-                    INFERENCE_REPLICAS, f"{name}-{comp}", ns, uid=replica["metadata"]["uid"]
-                )
-
-    def _status(self, isvc: JSON, conditions: list[JSON]) -> Result | None:
-        old = isvc.get("status") or {}
-        previous = {c.get("type"): c for c in old.get("conditions") or []}
-        for c in conditions:
-            before = previous.get(c["type"])
-            same = before is not None and before.get("status") == c["status"]
-            c["lastTransitionTime"] = (
-                before.get("lastTransitionTime") if same and before else _now()
-            )
-        status = dict(
-            old,
-            conditions=sorted(conditions, key=lambda c: c["type"]),
-            observedGeneration=isvc["metadata"].get("generation", 1),
-        )
-        if status == old:
-            return None
+    def _write_status(self, isvc: JSON, status: JSON | None) -> None:
+        """Write the decided status (None: unchanged, nothing to write), remembered until the
+        cache shows it; a service gone or moved on meanwhile is left to its next pass."""
+        if status is None:
+            return
         body = json_copy(isvc)
         body["status"] = status
         meta = isvc["metadata"]
@@ -363,20 +231,6 @@ class InferenceServiceReconciler:
                 log.debug("%s is gone: status not written", isvc["metadata"]["name"])
             elif e.status != 409:
                 raise
-        return None
-
-
-def clamp_replicas(current: object, component: JSON) -> int:
-    """The replica count to keep: the current one, held within minReplicas..maxReplicas.
-    A maxReplicas of 0 (or unset) is no upper bound, as validation reads it."""
-    given = component.get("minReplicas")
-    low = given if isinstance(given, int) else 1
-    high = component.get("maxReplicas")
-    value = current if isinstance(current, int) and not isinstance(current, bool) else low
-    value = max(value, low)
-    if isinstance(high, int) and high > 0 and high >= low:
-        value = min(value, high)
-    return value
 
 
 def _owner_keys(replica: JSON) -> list[str]:

@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS, LABEL_INFERENCE_REPLICA
 from ome.backoff import capped_exponential
+from ome.controllers.holds import Hold
 from ome.controllers.inferencereplica.controller import FAILED_TEARDOWN_RETRY, Waiting
-from ome.controllers.inferencereplica.instances import Hold
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import Client, api_error, describe_error

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.slices import SliceInfo
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ome.controllers.inferencereplica.instances import HELD_LOOK_AGAIN, Hold
+from ome.controllers.holds import HELD_LOOK_AGAIN, Hold
 from ome.tpuslice.hosts import Host, instance_host_problems
 from ome.tpuslice.naming import Slot
 from ome.tpuslice.placement import Demand

@@ -20,7 +20,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from ome.api.v1beta1 import LABEL_MANAGED_BY, MANAGED_BY_OMENATIVE
-from ome.controllers.inferencereplica.controller import Gated, Waiting, replica_key_of_pod
+from ome.controllers.holds import Gated
+from ome.controllers.inferencereplica.controller import Waiting, replica_key_of_pod
 from ome.kube import JSON
 from ome.provider import gke
 from ome.runtime.client import Client

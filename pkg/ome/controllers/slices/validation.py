@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ome.controllers.inferencereplica.instances import Hold
+from ome.controllers.holds import Hold
 from ome.tpuslice import placement
 from ome.tpuslice.placement import Demand
 from ome.tpuslice.types import Config
