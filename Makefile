@@ -9,7 +9,7 @@ UV := $(shell hack/uv.sh --path)
 # uv uses the Pythons on this machine and never downloads one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup lock version test pythons lint run stress long bench soak soak-check e2e-kube \
+.PHONY: setup lock version unit test pythons lint run stress long bench soak soak-check e2e-kube \
 	kube-binaries crds clean image image-test kind-e2e chart-schema alerts
 
 # The product and the stage, editable, with the test tools, exactly as uv.lock has them
@@ -57,8 +57,29 @@ lint: setup
 	"$$(hack/helm.sh)" lint --strict charts/ome-resources
 	"$$(hack/helm.sh)" lint --strict charts/ome-resources -f config/samples/values.yaml
 
+# The quick loop: the unit, fuzz and pure-core suites (no API server, no manager, no cluster;
+# the embedded API server's own pure parts included), on every core; under a minute.
+UNIT_TESTS := test/unit test/fuzz stage/tests/unit test/test_layering.py \
+	$(addprefix stage/tests/sim/test_,jsonpath.py patch.py schema.py selectors.py \
+	store_indexes.py tables.py)
+# pytest-xdist: WORKERS processes (auto: one per core); each test file, and the e2e suite
+# with its shared `ome-sim run`, on one worker (conftest.py says why).
+WORKERS ?= auto
+XDIST := -n $(WORKERS) --dist loadgroup
+
+# Python writes its bytecode caches (__pycache__, which git ignores) in the test runs even where
+# the environment says not to (PYTHONDONTWRITEBYTECODE, set in many images): else each worker,
+# and each process a test starts, compiles the product, its dependencies and the rewritten
+# tests anew (a tenth of the CPU time of `make unit`).
+unit test pythons: PYTHONDONTWRITEBYTECODE :=
+
+unit: setup
+	$(BIN)/python -m pytest $(XDIST) $(UNIT_TESTS)
+
+# Lint, and every suite of pyproject.toml's testpaths (the unit ones too), as CI runs them;
+# the 20 slowest tests are listed at the end.
 test: setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST) --durations=20
 
 # The manager's image from the Dockerfile, tagged as the chart names it, with Docker, or else
 # podman and runc (installed when missing); its base is python:3.11-slim-bookworm where a
@@ -77,10 +98,10 @@ image-test: setup image
 	$(BIN)/python -m pytest test/image
 
 # The suite of `make test` (without lint) on every Python 3.11+ this machine has, each in its
-# own environment from the same lock (.venv-<version>); about 9 minutes each.
+# own environment from the same lock (.venv-<version>), on every core as `make test` runs it.
 # PYTHONS="3.12 3.13" names them (and fails when one is missing). hack/pythons.sh says more.
 pythons:
-	hack/pythons.sh $(PYTHONS)
+	PYTEST_ARGS="$(XDIST) $(PYTEST_ARGS)" hack/pythons.sh $(PYTHONS)
 
 # A mass delete and re-create of 200 services, twice (about three minutes on two cores); CI
 # runs it after `make test`. STRESS_SERVICES=50 makes it quicker.

@@ -36,6 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "conformance: a check of the API server through its clients only; it runs on "
         "kube-apiserver too (OME_CONFORMANCE_APISERVER=kube)",
     )
+    # pytest-xdist registers it too; here for a run without it (``-p no:xdist``).
+    config.addinivalue_line("markers", "xdist_group(name): run on the worker of this group")
     if APISERVER not in ("embedded", "kube"):
         raise pytest.UsageError(
             f"OME_CONFORMANCE_APISERVER={APISERVER!r}: expected 'kube' or unset ('embedded')"
@@ -43,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_worker_group(config, item)))
     if not ON_KUBE:
         return
     skip = pytest.mark.skip(
@@ -52,6 +56,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("conformance") is None:
             item.add_marker(skip)
+
+
+def _worker_group(config: pytest.Config, item: pytest.Item) -> str:
+    """Which tests run on one pytest-xdist worker under ``--dist loadgroup`` (``make test``,
+    ``make unit``): a test file's, in their order, so that its module-scoped fixtures are made
+    once; and all of test/e2e, whose files share the session's ``ome-sim run`` environments
+    (test/e2e/conftest.py), which one worker then starts once. Without xdist it means nothing."""
+    path = item.path.relative_to(config.rootpath)
+    return "test/e2e" if path.parts[:2] == ("test", "e2e") else path.as_posix()
 
 
 @pytest.fixture(autouse=True)
