@@ -65,7 +65,7 @@ UNIT_TESTS := test/unit test/fuzz stage/tests/unit test/test_layering.py \
 # pytest-xdist: WORKERS processes (auto: one per core); each test file, and the e2e suite
 # with its shared `ome-sim run`, on one worker (conftest.py says why).
 WORKERS ?= auto
-XDIST := -n $(WORKERS) --dist loadgroup
+XDIST := -n $(WORKERS) --dist loadfile
 
 # Python writes its bytecode caches (__pycache__, which git ignores) in the test runs even where
 # the environment says not to (PYTHONDONTWRITEBYTECODE, set in many images): else each worker,

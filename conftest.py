@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test.cluster import (
@@ -36,8 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "conformance: a check of the API server through its clients only; it runs on "
         "kube-apiserver too (OME_CONFORMANCE_APISERVER=kube)",
     )
-    # pytest-xdist registers it too; here for a run without it (``-p no:xdist``).
-    config.addinivalue_line("markers", "xdist_group(name): run on the worker of this group")
     if APISERVER not in ("embedded", "kube"):
         raise pytest.UsageError(
             f"OME_CONFORMANCE_APISERVER={APISERVER!r}: expected 'kube' or unset ('embedded')"
@@ -45,8 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_worker_group(config, item)))
     if not ON_KUBE:
         return
     skip = pytest.mark.skip(
@@ -58,13 +55,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def _worker_group(config: pytest.Config, item: pytest.Item) -> str:
-    """Which tests run on one pytest-xdist worker under ``--dist loadgroup`` (``make test``,
-    ``make unit``): a test file's, in their order, so that its module-scoped fixtures are made
-    once; and all of test/e2e, whose files share the session's ``ome-sim run`` environments
-    (test/e2e/conftest.py), which one worker then starts once. Without xdist it means nothing."""
-    path = item.path.relative_to(config.rootpath)
-    return "test/e2e" if path.parts[:2] == ("test", "e2e") else path.as_posix()
+#: The suite whose files share session fixtures: the ``ome-sim run`` environments of
+#: test/e2e/conftest.py, and what earlier tests left in them.
+E2E = "test/e2e/"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's stock schedulers
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist's ``--dist loadfile`` (``make test``, ``make unit``), a test file's
+    tests run on one worker in their order, which makes its module-scoped fixtures once; here
+    all of test/e2e is one such unit too, so that one worker starts its environments once and
+    runs its files in their order, as a run without xdist does."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndE2E(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return E2E if nodeid.startswith(E2E) else super()._split_scope(nodeid)
+
+    return FilesAndE2E(config, log)
 
 
 @pytest.fixture(autouse=True)
