@@ -19,12 +19,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from ome.controllers.inferencereplica import instances
 from ome.controllers.inferencereplica.instances import hold_reason
 from ome.controllers.slices import messages
 from ome.provider import gke
@@ -192,8 +194,14 @@ def test_waiting_for_partition_while_the_pool_is_full(tight: Env) -> None:
 
 
 @pytest.fixture
-def activating(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
-    """Slices stay ACTIVATING for an hour."""
+def activating(
+    cluster: Cluster, kubectl: Kubectl, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
+    """Slices stay ACTIVATING for an hour. The hold's record of a Slice on its way is reworded
+    at most every second, not every 30 s (E7's ``HOLD_ROUTINE_REWORD_AFTER``): the hold is
+    first recorded while the new Slice is in an earlier state, and the ACTIVATING read here is
+    a routine rewording of that record."""
+    monkeypatch.setattr(instances, "HOLD_ROUTINE_REWORD_AFTER", timedelta(seconds=1))
     yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4"], activation_delay=3600)
 
 
