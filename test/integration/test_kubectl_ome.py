@@ -75,6 +75,16 @@ def plugin(cluster: Cluster, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
+@pytest.fixture(autouse=True)
+def _prompt_rewording(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each state here is read once the hold's record says it. A hold is first recorded
+    while its Slice is in an earlier state, and E7 lets a record stand 5 s before another
+    wording of the same hold replaces it (30 s between two routine ones): a second here, so
+    that a test waits for its state, not for those intervals."""
+    monkeypatch.setattr(instances, "HOLD_REWORD_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(instances, "HOLD_ROUTINE_REWORD_AFTER", timedelta(seconds=1))
+
+
 def only_slot(env: Env, service: str) -> JSON:
     rows = slot_rows(env, service)
     assert len(rows) == 1, json.dumps(rows, indent=1)
@@ -194,14 +204,8 @@ def test_waiting_for_partition_while_the_pool_is_full(tight: Env) -> None:
 
 
 @pytest.fixture
-def activating(
-    cluster: Cluster, kubectl: Kubectl, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Env]:
-    """Slices stay ACTIVATING for an hour. The hold's record of a Slice on its way is reworded
-    at most every second, not every 30 s (E7's ``HOLD_ROUTINE_REWORD_AFTER``): the hold is
-    first recorded while the new Slice is in an earlier state, and the ACTIVATING read here is
-    a routine rewording of that record."""
-    monkeypatch.setattr(instances, "HOLD_ROUTINE_REWORD_AFTER", timedelta(seconds=1))
+def activating(cluster: Cluster, kubectl: Kubectl) -> Iterator[Env]:
+    """Slices stay ACTIVATING for an hour."""
     yield from make_env(cluster, kubectl, ["tpu7x:provision-only:4"], activation_delay=3600)
 
 
