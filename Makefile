@@ -62,10 +62,14 @@ lint: setup
 UNIT_TESTS := test/unit test/fuzz stage/tests/unit test/test_layering.py \
 	$(addprefix stage/tests/sim/test_,jsonpath.py patch.py schema.py selectors.py \
 	store_indexes.py tables.py)
-# pytest-xdist: WORKERS processes (auto: one per core); each test file, and the e2e suite
-# with its shared `ome-sim run`, on one worker (conftest.py says why).
-WORKERS ?= auto
-XDIST := -n $(WORKERS) --dist loadfile
+# pytest-xdist runs the suites in several processes: each test file in one, and all of test/e2e
+# in one (its files share their `ome-sim run`; conftest.py says how). `make unit` starts one per
+# core, as its tests compute; `make test` two per core, as most of its tests wait on an API
+# server, a manager or the clock. UNIT_WORKERS=0 (TEST_WORKERS=0) runs them in one process.
+CORES := $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+UNIT_WORKERS ?= $(CORES)
+TEST_WORKERS ?= $(shell echo $$((2 * $(CORES))))
+XDIST = -n $(1) --dist loadfile
 
 # Python writes its bytecode caches (__pycache__, which git ignores) in the test runs even where
 # the environment says not to (PYTHONDONTWRITEBYTECODE, set in many images): else each worker,
@@ -74,12 +78,12 @@ XDIST := -n $(WORKERS) --dist loadfile
 unit test pythons: PYTHONDONTWRITEBYTECODE :=
 
 unit: setup
-	$(BIN)/python -m pytest $(XDIST) $(UNIT_TESTS)
+	$(BIN)/python -m pytest $(call XDIST,$(UNIT_WORKERS)) $(UNIT_TESTS)
 
 # Lint, and every suite of pyproject.toml's testpaths (the unit ones too), as CI runs them;
 # the 20 slowest tests are listed at the end.
 test: setup lint
-	$(BIN)/python -m pytest $(XDIST) --durations=20
+	$(BIN)/python -m pytest $(call XDIST,$(TEST_WORKERS)) --durations=20
 
 # The manager's image from the Dockerfile, tagged as the chart names it, with Docker, or else
 # podman and runc (installed when missing); its base is python:3.11-slim-bookworm where a
@@ -101,7 +105,7 @@ image-test: setup image
 # own environment from the same lock (.venv-<version>), on every core as `make test` runs it.
 # PYTHONS="3.12 3.13" names them (and fails when one is missing). hack/pythons.sh says more.
 pythons:
-	PYTEST_ARGS="$(XDIST) $(PYTEST_ARGS)" hack/pythons.sh $(PYTHONS)
+	PYTEST_ARGS="$(call XDIST,$(TEST_WORKERS)) $(PYTEST_ARGS)" hack/pythons.sh $(PYTHONS)
 
 # A mass delete and re-create of 200 services, twice (about three minutes on two cores); CI
 # runs it after `make test`. STRESS_SERVICES=50 makes it quicker.
