@@ -9,7 +9,7 @@ UV := $(shell hack/uv.sh --path)
 # uv uses the Pythons on this machine and never downloads one.
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup lock version test pythons lint run stress long bench soak soak-check e2e-kube \
+.PHONY: setup lock version unit test pythons lint run stress long bench soak soak-check e2e-kube \
 	kube-binaries crds clean image image-test kind-e2e chart-schema alerts
 
 # The product and the stage, editable, with the test tools, exactly as uv.lock has them
@@ -59,8 +59,33 @@ lint: setup
 	"$$(hack/helm.sh)" lint --strict charts/ome-resources
 	"$$(hack/helm.sh)" lint --strict charts/ome-resources -f config/samples/values.yaml
 
+# The quick loop: the unit, fuzz and pure-core suites (no API server, no manager, no cluster;
+# the embedded API server's own pure parts included), on every core; under a minute.
+UNIT_TESTS := test/unit test/fuzz stage/tests/unit test/test_layering.py \
+	$(addprefix stage/tests/sim/test_,jsonpath.py patch.py schema.py selectors.py \
+	store_indexes.py tables.py)
+# pytest-xdist runs the suites in several processes: each test file in one, and all of test/e2e
+# in one (its files share their `ome-sim run`; conftest.py says how). `make unit` starts one per
+# core, as its tests compute; `make test` two per core, as most of its tests wait on an API
+# server, a manager or the clock. UNIT_WORKERS=0 (TEST_WORKERS=0) runs them in one process.
+CORES := $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+UNIT_WORKERS ?= $(CORES)
+TEST_WORKERS ?= $(shell echo $$((2 * $(CORES))))
+XDIST = -n $(1) --dist loadfile
+
+# Python writes its bytecode caches (__pycache__, which git ignores) in the test runs even where
+# the environment says not to (PYTHONDONTWRITEBYTECODE, set in many images): else each worker,
+# and each process a test starts, compiles the product, its dependencies and the rewritten
+# tests anew (a tenth of the CPU time of `make unit`).
+unit test pythons: PYTHONDONTWRITEBYTECODE :=
+
+unit: setup
+	$(BIN)/python -m pytest $(call XDIST,$(UNIT_WORKERS)) $(UNIT_TESTS)
+
+# Lint, and every suite of pyproject.toml's testpaths (the unit ones too), as CI runs them;
+# the 20 slowest tests are listed at the end.
 test: setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(call XDIST,$(TEST_WORKERS)) --durations=20
 
 # The manager's image from the Dockerfile, tagged as the chart names it, with Docker, or else
 # podman and runc (installed when missing); its base is python:3.11-slim-bookworm where a
@@ -79,10 +104,10 @@ image-test: setup image
 	$(BIN)/python -m pytest test/image
 
 # The suite of `make test` (without lint) on every Python 3.11+ this machine has, each in its
-# own environment from the same lock (.venv-<version>); about 9 minutes each.
+# own environment from the same lock (.venv-<version>), on every core as `make test` runs it.
 # PYTHONS="3.12 3.13" names them (and fails when one is missing). hack/pythons.sh says more.
 pythons:
-	hack/pythons.sh $(PYTHONS)
+	PYTEST_ARGS="$(call XDIST,$(TEST_WORKERS)) $(PYTEST_ARGS)" hack/pythons.sh $(PYTHONS)
 
 # A mass delete and re-create of 200 services, twice (about three minutes on two cores); CI
 # runs it after `make test`. STRESS_SERVICES=50 makes it quicker.

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test.cluster import (
@@ -52,6 +53,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("conformance") is None:
             item.add_marker(skip)
+
+
+#: The suite whose files share session fixtures: the ``ome-sim run`` environments of
+#: test/e2e/conftest.py, and what earlier tests left in them.
+E2E = "test/e2e/"
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's stock schedulers
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist's ``--dist loadfile`` (``make test``, ``make unit``), a test file's
+    tests run on one worker in their order, which makes its module-scoped fixtures once; here
+    all of test/e2e is one such unit too, so that one worker starts its environments once and
+    runs its files in their order, as a run without xdist does."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndE2E(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return E2E if nodeid.startswith(E2E) else super()._split_scope(nodeid)
+
+    return FilesAndE2E(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -7,10 +7,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from ome.kube import parse_time
 from ome.runtime.certs import KeyPair
 from ome.tpuslice.slices import SliceInfo
 
@@ -28,6 +30,21 @@ def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float 
                 f"condition not reached in {timeout}s: {getattr(check, '__name__', check)}"
             )
         time.sleep(interval)
+
+
+def clock_past(moment: datetime) -> None:
+    """Wait until the wall clock (the API server's and the manager's) is past ``moment``: for
+    a scenario that is a span of time, the least of it the scenario needs."""
+    eventually(lambda: datetime.now(UTC) > moment, timeout=10, interval=0.01)
+
+
+def a_second_after(stamp: str) -> None:
+    """Wait until an object made now is stamped later than ``stamp``, an RFC 3339 time of
+    the API server, which has one-second resolution: at most a second, half of one on
+    average."""
+    start = parse_time(stamp)
+    assert start is not None, stamp
+    clock_past(start + timedelta(seconds=1))
 
 
 def gone(read: Callable[[], Any]) -> bool:

@@ -8,6 +8,7 @@ Plain strategies over plain JSON values; nothing here knows what the product che
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -115,8 +116,11 @@ SCALARS = st.one_of(
 )
 
 
+@functools.cache
 def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
-    """Any JSON value, a few levels deep."""
+    """Any JSON value, a few levels deep. One strategy per size, built once: the composites
+    draw from it on every example, and a recursive strategy built anew each time costs more
+    to set up than to draw from."""
     return st.recursive(
         SCALARS,
         lambda inner: st.one_of(
@@ -127,8 +131,9 @@ def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
     )
 
 
+@functools.cache
 def json_objects(max_leaves: int = 12) -> st.SearchStrategy[JSON]:
-    """A JSON object of no particular shape."""
+    """A JSON object of no particular shape (built once per size, as ``json_values``)."""
     return st.dictionaries(
         st.one_of(KEYS, st.text(max_size=8)), json_values(max_leaves), max_size=5
     )

@@ -137,10 +137,11 @@ def test_watches_that_keep_answering_410_back_off_before_each_relist(
     cluster: Cluster,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Every watch answers 410 (an ERROR event) for three seconds: each re-list waits for the
-    backoff (0.05 s doubling to 0.2 s here), so the informer lists a few times a second, not
-    hundreds, and logs no warning (an expired watch is routine). A change made meanwhile
-    reaches the cache through a re-list."""
+    """Every watch answers 410 (an ERROR event) until the informer has re-listed eight times:
+    each re-list waits for the backoff (0.05 s doubling to 0.2 s here, jitter only adding),
+    so the eight take over a second, where without it they would take milliseconds; and it
+    logs no warning (an expired watch is routine). A change made meanwhile reaches the cache
+    through a re-list."""
     _, rec = informer
     # The watch works (an event came through it), so that ending it is no short watch.
     rest.create(CONFIGMAPS, configmap("before"), "default")
@@ -149,13 +150,15 @@ def test_watches_that_keep_answering_410_back_off_before_each_relist(
     lists = acc.total("list", "configmaps")
     caplog.set_level("INFO", logger="ome.runtime.informer")
     cluster.server.faults.add(Fault(verb="watch", resource="configmaps", code=410, times=None))
+    start = time.monotonic()
     cluster.thread.call(lambda: cluster.server.drop_watches("configmaps"))
     rest.create(CONFIGMAPS, configmap("meanwhile"), "default")
     eventually(lambda: ("add", "meanwhile") in rec.seen(), timeout=5)
-    time.sleep(3)  # the scenario is three seconds of 410s
+    eventually(lambda: acc.total("list", "configmaps") - lists >= 8, timeout=10)
+    took = time.monotonic() - start
     cluster.server.faults.clear()
-    sent = acc.total("list", "configmaps") - lists
-    assert 3 <= sent <= 25, f"{sent} lists in three seconds"
+    # Their backoffs add up to 0.05 + 0.1 + 6 x 0.2 = 1.35 s at the least.
+    assert took >= 1.0, f"eight lists in {took:.2f} s"
     assert [r for r in caplog.records if r.levelname != "DEBUG"] == []
 
 
@@ -205,11 +208,12 @@ def test_list_errors_back_off_and_then_sync(rest: Rest, cluster: Cluster) -> Non
         inf.stop()
 
 
-def test_stop_is_prompt_while_the_watch_is_idle(rest: Rest) -> None:
+def test_stop_is_prompt_while_the_watch_is_idle(rest: Rest, cluster: Cluster) -> None:
     inf = Informer(rest, CONFIGMAPS, namespace="default")
     inf.start()
     assert inf.wait_for_sync(10)
-    time.sleep(0.2)  # the watch is open and silent
+    # The watch is open (the server has its request) and silent.
+    eventually(lambda: cluster.server.accounting.total("watch", "configmaps") >= 1, timeout=10)
     start = time.monotonic()
     inf.stop()
     assert time.monotonic() - start < 2

@@ -19,12 +19,14 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from ome.controllers.inferencereplica import instances
 from ome.controllers.inferencereplica.instances import hold_reason
 from ome.controllers.slices import messages
 from ome.provider import gke
@@ -71,6 +73,16 @@ def plugin(cluster: Cluster, *args: str, check: bool = True) -> subprocess.Compl
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl-ome {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(autouse=True)
+def _prompt_rewording(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each state here is read once the hold's record says it. A hold is first recorded
+    while its Slice is in an earlier state, and E7 lets a record stand 5 s before another
+    wording of the same hold replaces it (30 s between two routine ones): a second here, so
+    that a test waits for its state, not for those intervals."""
+    monkeypatch.setattr(instances, "HOLD_REWORD_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(instances, "HOLD_ROUTINE_REWORD_AFTER", timedelta(seconds=1))
 
 
 def only_slot(env: Env, service: str) -> JSON:

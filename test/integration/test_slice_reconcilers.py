@@ -145,7 +145,7 @@ def test_a_teardown_whose_slice_deletes_fail_finishes_at_its_deadline(env: Env) 
     replica = env.rest.patch(
         INFERENCE_REPLICAS,
         "qwen3-tpu-engine",
-        {"spec": {"lifecycle": {"teardownTimeout": "15s"}}},
+        {"spec": {"lifecycle": {"teardownTimeout": "3s"}}},
         NS,
     )
     env.cluster.server.faults.add(

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from ome.api.v1beta1 import INFERENCE_REPLICAS
 from ome.controllers.setup import setup_controllers
 from ome.controllers.slices import messages
+from ome.kube import parse_time
 from ome.provider import gke
 from ome.runtime.manager import Manager, ManagerOptions
 from ome.runtime.rest import (
@@ -39,7 +40,7 @@ from ome_sim.apiserver.faults import Fault
 from ome_sim.gke.model import parse_pools
 from ome_sim.gke.provider import Informer, Options, Provider, install_slice_crd
 from test.cluster import Cluster, Kubectl
-from test.helpers import eventually, gone
+from test.helpers import a_second_after, clock_past, eventually, gone
 from test.integration.test_omenative import MODEL, NS, RUNTIME, isvc
 
 JSON = dict[str, Any]
@@ -493,13 +494,20 @@ def test_teardown_waits_on_the_informer_while_its_slice_goes(env: Env) -> None:
     )
     eventually(lambda: env.pods() == [], timeout=30)
     acc = env.cluster.server.accounting
-    time.sleep(1)  # the passes that saw the Slice and the pod go
 
     def lists() -> int:
         return acc.total("list", "slices", MANAGER_AGENT) + acc.total("list", "pods", MANAGER_AGENT)
 
+    def a_pass_lists_nothing() -> bool:
+        before = lists()
+        after_a_pass(env, "inferencereplica")
+        return lists() == before
+
+    # Once the passes that saw the Slice and the pod go are over, no pass lists live.
+    eventually(a_pass_lists_nothing, timeout=30)
     before = lists()
-    time.sleep(6)  # longer than the teardown's longest requeue (5 s)
+    for _ in range(3):
+        after_a_pass(env, "inferencereplica")
     assert lists() == before, "no live list while the cache shows the Slice going"
     assert env.rest.get(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)
     env.rest.patch(gke.SLICES, name, {"metadata": {"finalizers": None}})
@@ -551,13 +559,13 @@ def keep_terminating(env: Env, pod: str) -> None:
     env.rest.patch(PODS, pod, {"metadata": {"finalizers": [KEEP]}}, NS)
 
 
-def after_a_pass(env: Env, controller: str) -> None:
+def after_a_pass(env: Env, controller: str, replica: str = "qwen3-tpu-engine") -> None:
     """Return once ``controller`` has finished a pass over the replica that began after this
     call: the replica is nudged (an annotation), which queues it, and the pass counted."""
     passes = reconciles(controller)
     env.rest.patch(
         INFERENCE_REPLICAS,
-        "qwen3-tpu-engine",
+        replica,
         {"metadata": {"annotations": {"test.ome.io/nudge": str(passes)}}},
         NS,
     )
@@ -1069,9 +1077,15 @@ def test_pool_without_capacity_never_times_out(tight_timeout: Env) -> None:
     waiting = eventually(
         lambda: [s for s in env.slices() if s["metadata"]["name"].startswith("second-")], timeout=30
     )[0]
-    time.sleep(2.5)  # the scenario is time passing: well past the 1s ready timeout
+    # The scenario is time passing: past the 1s ready timeout (from the Slice's creation,
+    # which its stamp's one-second resolution may show up to a second early), and a pass.
+    created = parse_time(waiting["metadata"]["creationTimestamp"])
+    assert created is not None
+    clock_past(created + timedelta(seconds=2))
+    after_a_pass(env, "tpuslice", "second-engine")
     still = env.rest.get(gke.SLICES, waiting["metadata"]["name"])
     assert still["metadata"]["uid"] == waiting["metadata"]["uid"]
+    assert "deletionTimestamp" not in still["metadata"]
     # (The first Slice may time out while it activates on a slow machine; the waiting one never.)
     assert not [m for m in env.events("SliceReadyTimeout") if waiting["metadata"]["name"] in m]
 
@@ -1093,7 +1107,7 @@ def test_slice_lost_when_recreated_from_outside(env: Env) -> None:
         },
         "spec": {"type": "tpu7x", "topology": "2x2x1", "partitionIds": []},
     }
-    time.sleep(1.1)  # creationTimestamps have one-second resolution: the copy is younger
+    a_second_after(old["metadata"]["creationTimestamp"])  # the copy is younger
     env.cluster.server.faults.add(
         Fault(verb="create", resource="slices", user_agent=MANAGER_AGENT, code=503, times=None)
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from test.cluster import Cluster, Kubectl
-from test.helpers import eventually, gone
+from test.helpers import a_second_after, eventually, gone
 
 from ome.runtime.rest import LEASES, NODES, PODS, Rest
 from ome_sim.gke.model import (
@@ -64,6 +64,20 @@ class Sim:
 
     def node(self, name: str) -> JSON:
         return self.rest.get(NODES, name)
+
+    def heartbeats(self, count: int = 2, status_reports: int = 0) -> None:
+        """Return once the provider has renewed its nodes' leases ``count`` more times (and
+        reported their status ``status_reports`` more times). It works through one queue in
+        the order things fall due, and each heartbeat queues the next one, an interval on:
+        from the second on, a heartbeat comes after all that was due when this was called."""
+        work = self.provider.work
+        beats, reports = work["heartbeat"], work["node-status"]
+        eventually(
+            lambda: (
+                work["heartbeat"] >= beats + count
+                and work["node-status"] >= reports + status_reports
+            )
+        )
 
 
 def ready_of(obj: JSON) -> JSON:
@@ -178,7 +192,7 @@ def test_a_slice_waits_for_capacity_then_takes_a_released_slices_hosts(small: Si
         "(1 host needed)"
     )
     small.slice("waiting-2")
-    time.sleep(1.1)  # lastTransitionTime has one-second resolution
+    a_second_after(ready["lastTransitionTime"])
     small.rest.delete(SLICES, "big")
     activating = small.wait_state("waiting-1", "ACTIVATING")
     assert ready_of(activating)["lastTransitionTime"] > ready["lastTransitionTime"], (
@@ -201,7 +215,7 @@ def test_released_hosts_serve_the_oldest_waiting_slice_first(one_host: Sim) -> N
     sim.slice("first")
     sim.wait_state("first", "ACTIVE")
     sim.slice("older")
-    time.sleep(1.1)  # creationTimestamps have one-second resolution
+    a_second_after(sim.get("older")["metadata"]["creationTimestamp"])
     sim.slice("younger")
     sim.rest.delete(SLICES, "first")
     sim.wait_state("older", "ACTIVE")
@@ -213,7 +227,7 @@ def test_a_topology_that_never_fits_waits_without_a_busy_loop(small: Sim) -> Non
     small.slice("fits")
     small.wait_state("fits", "ACTIVE")
     before = small.provider.work["assign"]
-    time.sleep(1.0)
+    small.heartbeats()
     assert small.state("huge") == "" and small.get("huge")["spec"]["partitionIds"] == []
     # Heartbeat status writes may wake it a few times; a busy loop would run thousands.
     assert small.provider.work["assign"] - before <= 10, "no assignment pass without a change"
@@ -242,7 +256,7 @@ def test_stick_activating_knob_holds_until_removed(sim: Sim) -> None:
     sim.slice("stuck", **{KNOB["stick-activating"]: "true"})
     stuck = sim.wait_state("stuck", "ACTIVATING")
     assert stuck["spec"]["partitionIds"], "it has its partition but no ready state"
-    time.sleep(0.5)
+    sim.heartbeats()  # past its activation's due time (0.2 s here, a heartbeat is 0.5 s)
     assert sim.state("stuck") == "ACTIVATING" and sim.hosts("stuck") == []
     sim.annotate("slice", "stuck", KNOB["stick-activating"], None)
     sim.wait_state("stuck", "ACTIVE")
@@ -270,7 +284,7 @@ def test_drop_partitions_knob(sim: Sim) -> None:
     sim.annotate("slice", "s", KNOB["drop-partitions"], "true")
     eventually(lambda: sim.get("s")["spec"]["partitionIds"] == [])
     eventually(lambda: sim.hosts("s") == [])
-    time.sleep(0.3)
+    sim.heartbeats()
     assert sim.get("s")["spec"]["partitionIds"] == [], (
         "not given new partitions while the knob is set"
     )
@@ -299,7 +313,7 @@ def test_node_knobs_not_ready_unreachable_and_cordon(sim: Sim, kubectl: Kubectl)
     sim.annotate("node", "gke-tpu-pool-node-1", KNOB["unreachable"], "true")
     eventually(lambda: ready_of(sim.node("gke-tpu-pool-node-1"))["status"] == "Unknown")
     lease = sim.rest.get(LEASES, "gke-tpu-pool-node-1", "kube-node-lease")["spec"]["renewTime"]
-    time.sleep(1.2)
+    sim.heartbeats()
     assert (
         sim.rest.get(LEASES, "gke-tpu-pool-node-1", "kube-node-lease")["spec"]["renewTime"] == lease
     )
@@ -318,7 +332,7 @@ def test_node_knobs_not_ready_unreachable_and_cordon(sim: Sim, kubectl: Kubectl)
 
 def test_a_removed_host_stays_removed(sim: Sim, kubectl: Kubectl) -> None:
     kubectl("delete", "node", "gke-tpu-pool-node-3")
-    time.sleep(1.2)  # a heartbeat and a status report later
+    sim.heartbeats(status_reports=1)
     assert gone(lambda: sim.node("gke-tpu-pool-node-3"))
 
 
@@ -470,11 +484,19 @@ def test_a_quiet_cluster_costs_only_heartbeats(cluster: Cluster, crowded: Sim) -
         return active == 8 and waiting == 492 and held
 
     eventually(settled, timeout=60)
-    time.sleep(0.5)  # let the last writes' events drain
+
+    def drained() -> bool:
+        """A heartbeat went by with no other work: the last writes' events are worked off."""
+        before = dict(sim.provider.work)
+        sim.heartbeats(1)
+        after = dict(sim.provider.work)
+        return {k for k, v in after.items() if v != before.get(k, 0)} <= {"heartbeat"}
+
+    eventually(drained, timeout=30)
     accounting = cluster.server.accounting
     accounting.reset()
     work = dict(sim.provider.work)
-    time.sleep(1.5)
+    sim.heartbeats(3)
     writes = [
         r
         for r in accounting.snapshot()
