@@ -20,7 +20,7 @@ from ome.controllers.inferencereplica import instances
 from ome.controllers.inferencereplica.instances import (
     HOLD_REWORD_AFTER,
     HOLD_ROUTINE_REWORD_AFTER,
-    LABEL_REPLICA,
+    LABEL_INFERENCE_REPLICA,
     Observed,
     Plan,
     PodSlot,
@@ -242,7 +242,7 @@ def test_a_pod_carries_the_m2_labels_its_template_and_its_owner() -> None:
                 "ome.io/inferenceservice": "qwen3-tpu",
                 "component": "engine",
                 "ome.io/managed-by": "OMENative",
-                LABEL_REPLICA: NAME,
+                LABEL_INFERENCE_REPLICA: NAME,
                 "ome.io/instance-index": "2",
                 "ome.io/runner": "worker",
                 "ome.io/revision-hash": "abc123",
@@ -343,7 +343,7 @@ def test_a_new_replica_creates_instance_0(
         assert labels["ome.io/managed-by"] == "OMENative"
         assert labels["component"] == "engine"
         assert labels["ome.io/inferenceservice"] == "qwen3-tpu"
-        assert labels[LABEL_REPLICA] == NAME
+        assert labels[LABEL_INFERENCE_REPLICA] == NAME
         assert pod["metadata"]["namespace"] == NAMESPACE
         assert pod["metadata"]["annotations"][OPT_IN] == "true"
     assert out.requeue_after == TIMEOUT.total_seconds()
@@ -1480,7 +1480,7 @@ def test_plan_creates_only_pods_that_are_wanted_unseen_and_unexpected(case: Case
         assert pod["metadata"]["labels"]["ome.io/revision-hash"] == revision_hash(
             obs.replica["spec"]["runners"]
         )
-        assert pod["metadata"]["labels"][LABEL_REPLICA] == NAME
+        assert pod["metadata"]["labels"][LABEL_INFERENCE_REPLICA] == NAME
 
 
 @PROPERTY

@@ -14,15 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.api import v1beta1
+from ome.api.v1beta1 import LABEL_INSTANCE_INDEX, LABEL_MANAGED_BY, LABEL_POD_ORDINAL
 from ome.provider import gke
-from ome.tpuslice.naming import (
-    INSTANCE_LABEL,
-    MANAGED_BY_LABEL,
-    ORDINAL_LABEL,
-    OWNER_ANNOTATION,
-    OWNER_UID_LABEL,
-    Slot,
-)
+from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL, Slot
 from ome.tpuslice.placement import Demand
 from ome.tpuslice.shape import Topology
 from ome.tpuslice.slices import SliceInfo
@@ -112,9 +106,9 @@ def test_the_owner_name_label_is_cut_to_a_label_value() -> None:
 
 def test_the_labels_are_the_apis() -> None:
     assert gke.API_VERSION == "accelerator.gke.io/v1beta1"
-    assert MANAGED_BY_LABEL == v1beta1.LABEL_MANAGED_BY
-    assert INSTANCE_LABEL == v1beta1.LABEL_INSTANCE_INDEX
-    assert ORDINAL_LABEL == v1beta1.LABEL_POD_ORDINAL
+    assert LABEL_MANAGED_BY == v1beta1.LABEL_MANAGED_BY
+    assert LABEL_INSTANCE_INDEX == v1beta1.LABEL_INSTANCE_INDEX
+    assert LABEL_POD_ORDINAL == v1beta1.LABEL_POD_ORDINAL
     assert OWNER_UID_LABEL == "ome.io/slice-owner-uid"
     assert OWNER_ANNOTATION == "ome.io/slice-owner"
 
@@ -144,7 +138,7 @@ def slice_obj(
 ) -> JSON:
     metadata: JSON = {
         "name": name,
-        "labels": {OWNER_UID_LABEL: UID, INSTANCE_LABEL: "0", ORDINAL_LABEL: "0"}
+        "labels": {OWNER_UID_LABEL: UID, LABEL_INSTANCE_INDEX: "0", LABEL_POD_ORDINAL: "0"}
         if labels is None
         else labels,
     }
@@ -197,14 +191,14 @@ def test_a_slice_is_ours_by_its_owner_uid_label_alone(
 @pytest.mark.parametrize(
     ("labels", "slot"),
     [
-        ({INSTANCE_LABEL: "3", ORDINAL_LABEL: "1"}, Slot(3, 1)),
-        ({INSTANCE_LABEL: "0", ORDINAL_LABEL: "0"}, Slot(0, 0)),
-        ({INSTANCE_LABEL: "3"}, None),
-        ({ORDINAL_LABEL: "1"}, None),
-        ({INSTANCE_LABEL: "-1", ORDINAL_LABEL: "0"}, None),
-        ({INSTANCE_LABEL: "01", ORDINAL_LABEL: "0"}, None),
-        ({INSTANCE_LABEL: "x", ORDINAL_LABEL: "0"}, None),
-        ({INSTANCE_LABEL: "", ORDINAL_LABEL: "0"}, None),
+        ({LABEL_INSTANCE_INDEX: "3", LABEL_POD_ORDINAL: "1"}, Slot(3, 1)),
+        ({LABEL_INSTANCE_INDEX: "0", LABEL_POD_ORDINAL: "0"}, Slot(0, 0)),
+        ({LABEL_INSTANCE_INDEX: "3"}, None),
+        ({LABEL_POD_ORDINAL: "1"}, None),
+        ({LABEL_INSTANCE_INDEX: "-1", LABEL_POD_ORDINAL: "0"}, None),
+        ({LABEL_INSTANCE_INDEX: "01", LABEL_POD_ORDINAL: "0"}, None),
+        ({LABEL_INSTANCE_INDEX: "x", LABEL_POD_ORDINAL: "0"}, None),
+        ({LABEL_INSTANCE_INDEX: "", LABEL_POD_ORDINAL: "0"}, None),
     ],
 )
 def test_a_slices_slot_comes_from_its_labels(labels: dict[str, str], slot: Slot | None) -> None:
@@ -298,7 +292,7 @@ def written(labels: dict[str, str] | None = None, **metadata: str) -> JSON:
 
 
 def test_a_slice_is_read_whole() -> None:
-    obj = written({OWNER_UID_LABEL: UID, INSTANCE_LABEL: "2", ORDINAL_LABEL: "1"})
+    obj = written({OWNER_UID_LABEL: UID, LABEL_INSTANCE_INDEX: "2", LABEL_POD_ORDINAL: "1"})
     assert gke.parse(obj) == SliceInfo(
         name="s-0-0-8f3a21c7",
         uid="slice-uid",
@@ -410,7 +404,7 @@ KEYS = {
         "labels",
         "annotations",
     ],
-    "labels": [OWNER_UID_LABEL, INSTANCE_LABEL, ORDINAL_LABEL],
+    "labels": [OWNER_UID_LABEL, LABEL_INSTANCE_INDEX, LABEL_POD_ORDINAL],
     "annotations": [OWNER_ANNOTATION],
     "spec": ["type", "topology", "partitionIds"],
     "status": ["conditions"],
@@ -466,8 +460,8 @@ FIELDS: list[tuple[tuple[str | int, ...], type]] = [
     # metadata.deletionTimestamp: test_a_deletion_timestamp_of_the_wrong_type_reads_as_absent
     (("metadata", "labels"), dict),
     (("metadata", "labels", OWNER_UID_LABEL), str),
-    (("metadata", "labels", INSTANCE_LABEL), str),
-    (("metadata", "labels", ORDINAL_LABEL), str),
+    (("metadata", "labels", LABEL_INSTANCE_INDEX), str),
+    (("metadata", "labels", LABEL_POD_ORDINAL), str),
     (("metadata", "annotations"), dict),
     (("metadata", "annotations", OWNER_ANNOTATION), str),
     (("spec",), dict),

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ome.api.v1beta1 import (
+    LABEL_INSTANCE_INDEX,
+    LABEL_MANAGED_BY,
+    LABEL_POD_ORDINAL,
+    MANAGED_BY_OMENATIVE,
+)
 from ome.kube import JSON, Resource, parse_time
 from ome.tpuslice.naming import (
-    INSTANCE_LABEL,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    ORDINAL_LABEL,
     OWNER_ANNOTATION,
     OWNER_KIND,
     OWNER_UID_LABEL,
@@ -68,9 +70,9 @@ def body(
     settings = config.slice
     labels = {
         OWNER_UID_LABEL: uid,
-        MANAGED_BY_LABEL: MANAGED_BY,
-        INSTANCE_LABEL: str(slot.instance),
-        ORDINAL_LABEL: str(slot.ordinal),
+        LABEL_MANAGED_BY: MANAGED_BY_OMENATIVE,
+        LABEL_INSTANCE_INDEX: str(slot.instance),
+        LABEL_POD_ORDINAL: str(slot.ordinal),
         settings.owner_kind_label: OWNER_KIND,
         settings.owner_name_label: owner_label_value(name),
     }
@@ -112,8 +114,8 @@ def parse(obj: JSON) -> SliceInfo:
             break
     partitions = spec.get("partitionIds")
     instance, ordinal = (
-        parse_index(labels.get(INSTANCE_LABEL)),
-        parse_index(labels.get(ORDINAL_LABEL)),
+        parse_index(labels.get(LABEL_INSTANCE_INDEX)),
+        parse_index(labels.get(LABEL_POD_ORDINAL)),
     )
     return SliceInfo(
         name=_str(meta.get("name")),

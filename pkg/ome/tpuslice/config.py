@@ -17,15 +17,10 @@ from itertools import accumulate
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, cast
 
+from ome.api.v1beta1 import LABEL_INSTANCE_INDEX, LABEL_MANAGED_BY, LABEL_POD_ORDINAL
 from ome.durations import format_go_duration, parse_go_duration
 from ome.tpuslice.kubenames import label_value_problems, qualified_name_problems
-from ome.tpuslice.naming import (
-    INSTANCE_LABEL,
-    MANAGED_BY_LABEL,
-    ORDINAL_LABEL,
-    OWNER_ANNOTATION,
-    OWNER_UID_LABEL,
-)
+from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.shape import ShapeError, hosts, parse_topology, quote
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Accelerator, Config, SliceSettings
 
@@ -48,7 +43,7 @@ MAX_DIGITS = 4300
 A JSON number beyond it, or a float that overflows (``1e309``), is of no field's type."""
 
 #: A4.11: the labels and the annotation the controller writes on every Slice itself (D3).
-CONTROLLER_LABELS = (OWNER_UID_LABEL, MANAGED_BY_LABEL, INSTANCE_LABEL, ORDINAL_LABEL)
+CONTROLLER_LABELS = (OWNER_UID_LABEL, LABEL_MANAGED_BY, LABEL_INSTANCE_INDEX, LABEL_POD_ORDINAL)
 CONTROLLER_ANNOTATION = OWNER_ANNOTATION
 
 

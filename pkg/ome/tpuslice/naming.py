@@ -12,20 +12,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from ome.api.v1beta1 import (
-    LABEL_INSTANCE_INDEX,
-    LABEL_MANAGED_BY,
-    LABEL_POD_ORDINAL,
-    MANAGED_BY_OMENATIVE,
-)
-
 # The labels and annotation the controller writes; only OWNER_UID_LABEL makes a Slice ours (D4).
 OWNER_UID_LABEL = "ome.io/slice-owner-uid"
 OWNER_ANNOTATION = "ome.io/slice-owner"
-MANAGED_BY_LABEL = LABEL_MANAGED_BY
-MANAGED_BY = MANAGED_BY_OMENATIVE
-INSTANCE_LABEL = LABEL_INSTANCE_INDEX
-ORDINAL_LABEL = LABEL_POD_ORDINAL
 OWNER_KIND = "InferenceReplica"
 
 #: GKE's webhook admits Slice names of at most 49 characters.

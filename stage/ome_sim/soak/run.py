@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from ome import user_agent
-from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
+from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES, LABEL_MANAGED_BY
 from ome.kube import JSON, Resource, json_copy
 from ome.provider import gke
 from ome.runtime.rest import LEASES, NAMESPACES, NODES, PODS, Rest
@@ -263,7 +263,7 @@ class Soak:
 
     def _ome_slices(self) -> list[JSON]:
         return sorted(
-            self._list(gke.SLICES, label_selector=f"{naming.MANAGED_BY_LABEL}=OMENative"),
+            self._list(gke.SLICES, label_selector=f"{LABEL_MANAGED_BY}=OMENative"),
             key=lambda s: str(s["metadata"]["name"]),
         )
 

@@ -23,12 +23,12 @@ from kubernetes.client.exceptions import ApiException
 
 from ome.api.v1beta1 import (
     CONTROLLER_REVISIONS,
+    FINALIZER_IR_TEARDOWN,
     INFERENCE_REPLICAS,
     LABEL_INFERENCE_REPLICA,
     LABEL_MANAGED_BY,
+    MANAGED_BY_OMENATIVE,
 )
-from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN as TEARDOWN_FINALIZER
-from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.controllers.holds import Gated, GateFunc, Hold
 from ome.durations import parse_go_duration
 from ome.kube import JSON, json_copy, parse_time
@@ -192,7 +192,7 @@ class InferenceReplicaReconciler:
             replica = json_copy(written)  # the cache has not caught up with our write
         if replica["metadata"].get("deletionTimestamp"):
             return self._teardown(replica)
-        if TEARDOWN_FINALIZER not in (replica["metadata"].get("finalizers") or []):
+        if FINALIZER_IR_TEARDOWN not in (replica["metadata"].get("finalizers") or []):
             self._add_finalizer(replica)
             return None  # the update brings us back
         obs = self._observe(key, replica)
@@ -277,7 +277,7 @@ class InferenceReplicaReconciler:
             meta["name"],
             {
                 "metadata": {
-                    "finalizers": [*(meta.get("finalizers") or []), TEARDOWN_FINALIZER],
+                    "finalizers": [*(meta.get("finalizers") or []), FINALIZER_IR_TEARDOWN],
                     "resourceVersion": meta["resourceVersion"],
                 }
             },
@@ -433,7 +433,7 @@ class InferenceReplicaReconciler:
         deadline. Between passes it waits on its watches (its pods and Slices going) and on
         the hooks' own backoff, not on a fixed poll."""
         meta = replica["metadata"]
-        if TEARDOWN_FINALIZER not in (meta.get("finalizers") or []):
+        if FINALIZER_IR_TEARDOWN not in (meta.get("finalizers") or []):
             return None
         key = f"{meta['namespace']}/{meta['name']}"
         ns = meta["namespace"]
@@ -477,7 +477,7 @@ class InferenceReplicaReconciler:
                 TEARDOWN_DEADLINE_EXCEEDED,
                 f"teardown deadline exceeded; {'; '.join(w.text for w in blocked)}",
             )
-        finalizers = [f for f in meta.get("finalizers") or [] if f != TEARDOWN_FINALIZER]
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER_IR_TEARDOWN]
         try:
             stored = self.client.patch(
                 INFERENCE_REPLICAS,
@@ -513,6 +513,9 @@ def replica_key_of_pod(pod: JSON) -> list[str]:
     """The key of the replica an OMENative pod belongs to, by its replica label."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or LABEL_INFERENCE_REPLICA not in labels:
+    if (
+        labels.get(LABEL_MANAGED_BY) != MANAGED_BY_OMENATIVE
+        or LABEL_INFERENCE_REPLICA not in labels
+    ):
         return []
     return [f"{meta.get('namespace', '')}/{labels[LABEL_INFERENCE_REPLICA]}"]

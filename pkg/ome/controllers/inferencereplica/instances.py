@@ -19,17 +19,17 @@ from datetime import datetime, timedelta
 from ome.api.v1beta1 import (
     LABEL_COMPONENT,
     LABEL_INCARNATION,
+    LABEL_INFERENCE_REPLICA,
+    LABEL_INFERENCE_SERVICE,
+    LABEL_INSTANCE_INDEX,
     LABEL_MANAGED_BY,
+    LABEL_POD_ORDINAL,
+    LABEL_REVISION_HASH,
     LABEL_RUNNER,
+    MANAGED_BY_OMENATIVE,
     MAX_WORKERS,
     controller_reference,
 )
-from ome.api.v1beta1 import LABEL_INFERENCE_REPLICA as LABEL_REPLICA
-from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE as LABEL_ISVC
-from ome.api.v1beta1 import LABEL_INSTANCE_INDEX as LABEL_INDEX
-from ome.api.v1beta1 import LABEL_POD_ORDINAL as LABEL_ORDINAL
-from ome.api.v1beta1 import LABEL_REVISION_HASH as LABEL_REVISION
-from ome.api.v1beta1 import MANAGED_BY_OMENATIVE as MANAGED_BY
 from ome.controllers.holds import HELD_LOOK_AGAIN, Hold
 from ome.durations import parse_go_duration
 from ome.kube import JSON, json_copy, parse_time, rfc3339
@@ -95,14 +95,14 @@ def build_pod(replica: JSON, index: int, slot: PodSlot, revision: str, incarnati
     labels = dict(tmeta.get("labels") or {})
     labels.update(
         {
-            LABEL_ISVC: (meta.get("labels") or {}).get(LABEL_ISVC, ""),
+            LABEL_INFERENCE_SERVICE: (meta.get("labels") or {}).get(LABEL_INFERENCE_SERVICE, ""),
             LABEL_COMPONENT: str((replica.get("spec") or {}).get("component", "")),
-            LABEL_MANAGED_BY: MANAGED_BY,
-            LABEL_REPLICA: meta["name"],
-            LABEL_INDEX: str(index),
+            LABEL_MANAGED_BY: MANAGED_BY_OMENATIVE,
+            LABEL_INFERENCE_REPLICA: meta["name"],
+            LABEL_INSTANCE_INDEX: str(index),
             LABEL_RUNNER: slot.runner,
-            LABEL_REVISION: revision,
-            LABEL_ORDINAL: str(slot.ordinal),
+            LABEL_REVISION_HASH: revision,
+            LABEL_POD_ORDINAL: str(slot.ordinal),
             LABEL_INCARNATION: str(incarnation),
         }
     )
@@ -159,7 +159,7 @@ def failure_of(pod: JSON, now: datetime) -> JSON:
 
 
 def index_of(pod: JSON) -> int | None:
-    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_INDEX)
+    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_INSTANCE_INDEX)
     return int(raw) if raw is not None and raw.isdigit() else None
 
 
@@ -170,7 +170,9 @@ def terminating(pod: JSON) -> bool:
 def running_revision(pods: list[JSON], revision: str) -> str:
     """The revision the pods actually run: ``revision`` when all carry it, else an older
     one of theirs (so a Ready Instance at it rolls to ``revision``)."""
-    labels = {((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION, "") for p in pods}
+    labels = {
+        ((p.get("metadata") or {}).get("labels") or {}).get(LABEL_REVISION_HASH, "") for p in pods
+    }
     older = sorted(str(r) for r in labels if r != revision)
     return older[0] if older else revision
 
