@@ -232,7 +232,7 @@ def test_run_starts_everything_prints_the_next_steps_and_ctrl_c_leaves_nothing(
         codes = [p.wait(timeout=60) for p in (proc, again)]
     assert codes == [0, 0]
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
-    _assert_nothing_left([int(pid) for pid in children], [port])
+    _assert_nothing_left([int(pid) for pid in children], [port], tmp_path)
 
 
 def test_a_killed_run_takes_its_manager_with_it(tmp_path: Path) -> None:
@@ -275,16 +275,50 @@ def _zombie(pid: str) -> bool:
         return True
 
 
-def _assert_nothing_left(pids: list[int], ports: list[int]) -> None:
-    """After ``ome-sim run`` exited: none of its managers is still a process, and each port
-    is free again (SO_REUSEADDR, as the servers use, so that only a listener counts and not
-    a connection of ours left in TIME_WAIT)."""
+def _assert_nothing_left(pids: list[int], ports: list[int], directory: Path) -> None:
+    """After ``ome-sim run`` exited: none of its managers is still a process, and no process
+    of the run still listens on a port a manager served. A port taken again is judged by
+    who holds it: tests run in parallel (make test), so another test's server may have been
+    given the freed port by the kernel; only a holder whose command line names the run's
+    ``directory`` (its kubeconfig's) is the run's own. SO_REUSEADDR, as the servers use, so that only a
+    listener counts and not a connection of ours left in TIME_WAIT."""
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists(), f"manager process {pid} outlived Ctrl-C"
     for port in ports:
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                holder = _listener_of(port)
+                assert holder is not None, f"port {port} is held, and its holder not found"
+                assert holder[0] not in pids, f"manager {holder[0]} still listens on {port}"
+                assert str(directory) not in holder[1], (
+                    f"process {holder[0]} of the run still listens on {port}: {holder[1]}"
+                )
+
+
+def _listener_of(port: int) -> tuple[int, str] | None:
+    """The pid and command line of the process listening on 127.0.0.1 (or any address) at
+    ``port``, from /proc/net/tcp{,6} and each process's open sockets; None if not found."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{inode}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            held = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+            if held & inodes:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                return int(proc.name), cmdline
+        except OSError:
+            continue
+    return None
 
 
 class _Run:
@@ -456,7 +490,7 @@ def test_a_killed_manager_is_restarted_and_the_services_stay_ready(tmp_path: Pat
     assert code == 0
     assert run.lines[-1] == "stopping"
     assert not any("Traceback" in line for line in run.errors), run.errors
-    _assert_nothing_left([first, second], run.logged_ports())
+    _assert_nothing_left([first, second], run.logged_ports(), tmp_path)
 
 
 def test_ctrl_c_while_the_manager_waits_to_restart_stops_at_once(tmp_path: Path) -> None:
@@ -482,7 +516,7 @@ def test_ctrl_c_while_the_manager_waits_to_restart_stops_at_once(tmp_path: Path)
     assert took < 5, f"Ctrl-C took {took:.1f}s during the backoff"
     assert run.lines[-1] == "stopping"
     assert not any("Traceback" in line for line in run.errors), run.errors
-    _assert_nothing_left(pids, run.logged_ports())
+    _assert_nothing_left(pids, run.logged_ports(), tmp_path)
 
 
 def test_ctrl_c_while_a_restarted_manager_starts_leaves_nothing(tmp_path: Path) -> None:
@@ -499,7 +533,7 @@ def test_ctrl_c_while_a_restarted_manager_starts_leaves_nothing(tmp_path: Path) 
     assert code == 0
     assert run.lines[-1] == "stopping"
     assert not any("Traceback" in line for line in run.errors), run.errors
-    _assert_nothing_left(pids, run.logged_ports())
+    _assert_nothing_left(pids, run.logged_ports(), tmp_path)
 
 
 def test_the_restart_backoff_is_the_kubelets() -> None:
@@ -514,3 +548,31 @@ def test_the_restart_backoff_is_the_kubelets() -> None:
     assert describe_exit(-9) == "exited with code -9 (killed by SIGKILL)"
     assert describe_exit(1) == "exited with code 1"
     assert describe_exit(0) == "exited with code 0"
+
+
+def test_a_port_still_held_by_a_process_of_the_run_is_found_and_one_of_another_is_not(
+    tmp_path: Path,
+) -> None:
+    """The check behind every Ctrl-C test: a listener left by a process whose command line
+    names the run's directory fails it; the same port held by anyone else passes it."""
+    script = (
+        "import socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
+        " print(s.getsockname()[1], flush=True); sys.stdin.read()"
+    )
+    leftover = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "kubeconfig")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert leftover.stdout is not None
+        port = int(leftover.stdout.readline())
+        assert _listener_of(port) is not None
+        assert _listener_of(port)[0] == leftover.pid  # type: ignore[index]
+        with pytest.raises(AssertionError, match=f"still listens on {port}"):
+            _assert_nothing_left([], [port], tmp_path)
+        _assert_nothing_left([], [port], tmp_path / "another-run")
+    finally:
+        leftover.kill()
+        leftover.wait()
