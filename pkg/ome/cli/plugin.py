@@ -1,8 +1,8 @@
 """``kubectl-ome``, the ``kubectl ome`` plugin (kubectl runs any ``kubectl-<name>`` on
 ``PATH``): parses the command line as kubectl does, reads the cluster and prints what
-``instance`` and ``slices`` build. It only reads. ``slices -w`` watches what the view reads
-(informers) and prints the view again whenever it changes, until Ctrl-C; ``completion``
-prints a shell completion script (built by the ``completion`` module).
+``instance``, ``slices`` and ``capacity`` build. It only reads. ``slices -w`` watches what
+the view reads (informers) and prints the view again whenever it changes, until Ctrl-C;
+``completion`` prints a shell completion script (built by the ``completion`` module).
 
 Every failure is one line on standard error, ``error: ...``, and exit status 1: bad
 arguments, an unreadable kubeconfig or a context it lacks, a missing service, component or
@@ -48,7 +48,7 @@ from ome.runtime.rest import CONFIGMAPS, NODES, PODS, Rest
 from ome.tpuslice.config import ConfigError, parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
-from . import completion, instance, slices
+from . import capacity, completion, instance, slices
 
 PROG = "kubectl ome"
 
@@ -174,6 +174,25 @@ def build_parser() -> Parser:
         help="every namespace",
     )
     _connection_flags(sl, top=False)
+    cap = commands.add_parser(
+        "capacity",
+        help="the provision-only pool: hosts free, held by OME's and foreign Slices, unhealthy",
+        description="One row per accelerator and topology over the provision-only hosts: the "
+        "hosts, those in OME's Slices by state, in foreign Slices, free and healthy, cordoned, "
+        "not ready and unreachable; the chips of ready OME Slices with no running pod; the "
+        "Instances waiting on capacity and the longest wait. A host in no Slice counts in its "
+        "accelerator's row without a topology.",
+    )
+    cap.add_argument("--accelerator", help="only this accelerator (its node-label value)")
+    cap.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "wide", "json", "yaml"),
+        default="table",
+        help="table, wide (names the hosts, the idle Slices and the waiting Instances), json or "
+        "yaml (a List of the rows)",
+    )
+    _connection_flags(cap, top=False)
     comp = commands.add_parser(
         "completion",
         help="print a shell completion script (bash or zsh)",
@@ -524,6 +543,38 @@ def watch_slices(
             informer.stop(timeout=1.0)
 
 
+def capacity_view(rest: Rest, args: argparse.Namespace) -> str:
+    """``capacity``: the manager's config, then every node, Slice and InferenceReplica and
+    OME's pods, one list each; the rows or, without any, the line that says so (on standard
+    error, as kubectl's ``No resources found``)."""
+    cfg = _load_config(rest, args.ome_namespace)
+    if args.accelerator is not None and args.accelerator not in cfg.accelerators:
+        raise CommandError(
+            f'accelerator "{args.accelerator}" is not configured (configured: '
+            f"{', '.join(sorted(cfg.accelerators)) or 'none'})"
+        )
+    try:
+        all_slices = rest.list_all(gke.SLICES)[0]
+    except ApiException as e:
+        if e.status == 404:
+            raise CommandError(
+                f"this cluster does not serve {gke.API_VERSION} {gke.KIND}: no TPU slices"
+            ) from None
+        raise
+    nodes = rest.list_all(NODES)[0]
+    replicas = rest.list_all(INFERENCE_REPLICAS, None)[0]
+    ours = rest.list_all(PODS, None, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY_OMENATIVE}")[0]
+    found = capacity.rows(
+        nodes, all_slices, replicas, ours, cfg, datetime.now(UTC), args.accelerator
+    )
+    if args.output in ("json", "yaml"):
+        return _dump(_list_document([r.document() for r in found]), args.output)
+    if not found:
+        sys.stderr.write("No provision-only TPU hosts found.\n")
+        return ""
+    return capacity.render(found, wide=args.output == "wide")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "version":  # needs no cluster
@@ -542,6 +593,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespace = args.namespace or context_namespace
         if args.command == "instance":
             sys.stdout.write(instance_status(rest, args, namespace))
+        elif args.command == "capacity":
+            sys.stdout.write(capacity_view(rest, args))
         else:
             slices_view(rest, args, None if args.all_namespaces else namespace)
     except CommandError as e:
