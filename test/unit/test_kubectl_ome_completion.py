@@ -75,8 +75,10 @@ def test_it_completes_subcommands(bash_script: Path) -> None:
         "instance",
         "version",
         "slices",
+        "capacity",
         "completion",
     ]
+    assert complete(bash_script, "kubectl-ome", "ca") == ["capacity"]
     assert complete(bash_script, "kubectl-ome", "-n", "team", "instance", "") == ["status"]
     assert complete(bash_script, "kubectl-ome", "completion", "") == ["bash", "zsh"]
 
@@ -87,6 +89,9 @@ def test_it_completes_the_flags_of_the_command_typed(bash_script: Path) -> None:
     assert {"-w", "--watch", "-o", "--output", "-A", "--context", "--kubeconfig"} <= set(flags)
     status = complete(bash_script, "kubectl-ome", "instance", "status", "--")
     assert "--component" in status and "--watch" not in status
+    capacity = complete(bash_script, "kubectl-ome", "capacity", "--")
+    assert "--accelerator" in capacity and "--watch" not in capacity
+    assert complete(bash_script, "kubectl-ome", "capacity", "-o", "w") == ["wide"]
 
 
 def test_it_completes_the_values_of_a_flag(bash_script: Path) -> None:

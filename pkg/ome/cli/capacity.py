@@ -8,9 +8,10 @@ says of itself (E1, E2), which Slices are OME's (D4, the owner-UID label, as K4 
 host usability with the tolerations of the pods that would use the host (F1, E6), each
 replica's demand (B6) and the holds its Instances record (E7).
 
-A host in a Slice counts in the row of that Slice's topology; a host in no Slice has no
-topology yet and counts in its accelerator's row without one (TOPOLOGY ``<none>``), which
-every accelerator with provision-only hosts has. An Instance that waits counts in the row of
+A host in a Slice counts in the row of that Slice's topology (the host's topology label when
+the Slice is not listed); a host in no Slice has no topology yet and counts in its
+accelerator's row without one (TOPOLOGY ``<none>``), which every accelerator with
+provision-only hosts has. An Instance that waits counts in the row of
 its demand.
 
 Pure: plain JSON in, rows out; ``now`` is given.
