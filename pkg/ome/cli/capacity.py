@@ -284,7 +284,7 @@ def rows(
         if (
             pod.slice_name
             and not pod.terminating
-            and _map(raw.get("status")).get("phase") == ("Running")
+            and _map(raw.get("status")).get("phase") == "Running"
         ):
             running.add(pod.slice_name)
 
