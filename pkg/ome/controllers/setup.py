@@ -35,6 +35,7 @@ from .inferencereplica.controller import (
 )
 from .inferenceservice.controller import InferenceServiceReconciler
 from .slices import admission, messages
+from .slices.chiptime import CacheChipTime
 from .slices.metrics import SliceGauge, SliceMetrics
 from .slices.reconciler import SliceReconcilers, host_view, pod_view
 
@@ -133,6 +134,7 @@ def setup_controllers(manager: Manager, hooks: Hooks | None = None) -> Inference
                 config.slice.ready_states,
             )
         )
+        manager.registry.register(CacheChipTime(slices, manager.is_leader))
         log.info(
             messages.provisioning_on(
                 {name: acc.topologies for name, acc in config.accelerators.items()}
