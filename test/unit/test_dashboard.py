@@ -9,6 +9,7 @@ import re
 
 from prometheus_client import CollectorRegistry
 
+from ome.controllers.slices.chiptime import ChipTime, Held, Phase
 from ome.runtime.controller import ControllerMetrics
 from ome.runtime.workqueue import WorkQueueMetrics
 from test.unit.test_alerts import served
@@ -21,13 +22,16 @@ WANTED = {
     "ome_tpu_slices",  # Slices by state
     "ome_tpu_slice_lost_total",
     "ome_tpu_slice_release_deferred_total",
+    "ome_tpu_slice_chip_seconds_total",  # chip time by phase
+    "ome_tpu_slice_idle_chips",
     "workqueue_depth",
     "controller_runtime_reconcile_errors_total",
 }
 
 
 def served_with_runtime() -> dict[str, set[str]]:
-    """``served()``, and the controllers' and workqueues' families, each with a sample."""
+    """``served()``, and the controllers', workqueues' and chip time's families, each with a
+    sample."""
     names = served()
     registry = CollectorRegistry()
     controllers = ControllerMetrics(registry)
@@ -36,6 +40,8 @@ def served_with_runtime() -> dict[str, set[str]]:
     queues = WorkQueueMetrics(registry)
     queues.depth.labels("inferenceservice", "0").set(1)
     queues.queue_duration.labels("inferenceservice").observe(0.1)
+    idle = {"s": Held("tpu7x", "2x2x1", 4, Phase.IDLE, idle=True)}
+    registry.register(ChipTime(idle.get, lambda: idle, lambda: True))
     for family in registry.collect():
         for sample in family.samples:
             names.setdefault(sample.name, set()).update(sample.labels)
@@ -71,7 +77,9 @@ def test_every_panel_reads_series_the_manager_serves_by_their_labels() -> None:
             read = set(
                 re.findall(r"\b([a-z_]+(?:_total|_seconds_bucket|_seconds|_status))\b", expr)
             )
-            read |= set(re.findall(r"\b(ome_tpu_slices|workqueue_depth)\b", expr))
+            read |= set(
+                re.findall(r"\b(ome_tpu_slices|ome_tpu_slice_idle_chips|workqueue_depth)\b", expr)
+            )
             assert read, f"{panel['title']} reads nothing: {expr}"
             for series in read:
                 assert series in known, f"{panel['title']} reads {series}, which is not served"

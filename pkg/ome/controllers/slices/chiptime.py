@@ -93,6 +93,8 @@ class ChipTime:
     collect accounts every Slice; ``touch`` accounts the Slices a cache event may have
     changed (a Slice, a pod of OME confined to one, a replica come or gone: all that a phase
     depends on), so a phase's time is right to the event, however rarely Prometheus scrapes.
+    Written by hand: prometheus_client's counters count what a caller adds, and none
+    integrates a changing quantity over time.
 
     Invariants, under ``_lock`` (collects and informer threads overlap; the lock is taken
     before any informer's, never while one is held, so they cannot deadlock):
@@ -151,12 +153,8 @@ class ChipTime:
     def touch(self, names: Iterable[str]) -> None:
         """Account the named Slices now (a cache event may have changed their phase)."""
         with self._lock:
-            if not self._accounting:
-                self._account_all_locked()  # starts once leading; else keeps nothing
-                return
-            if not self._leading():
-                self._accounting = False
-                self._held.clear()
+            if not self._accounting or not self._leading():
+                self._account_all_locked()  # starts once leading; else drops what it held
                 return
             now = self._clock()
             for name in names:
