@@ -76,6 +76,7 @@ def test_it_completes_subcommands(bash_script: Path) -> None:
         "version",
         "slices",
         "capacity",
+        "plan",
         "completion",
     ]
     assert complete(bash_script, "kubectl-ome", "ca") == ["capacity"]
@@ -92,6 +93,8 @@ def test_it_completes_the_flags_of_the_command_typed(bash_script: Path) -> None:
     capacity = complete(bash_script, "kubectl-ome", "capacity", "--")
     assert "--accelerator" in capacity and "--watch" not in capacity
     assert complete(bash_script, "kubectl-ome", "capacity", "-o", "w") == ["wide"]
+    plan = complete(bash_script, "kubectl-ome", "plan", "--")
+    assert "--filename" in plan and "--output" not in plan
 
 
 def test_it_completes_the_values_of_a_flag(bash_script: Path) -> None:

@@ -31,6 +31,7 @@ COMMAND = "kubectl-ome"
 #: capitals is read live (``_DYNAMIC``); a tuple is a fixed list of words.
 _VALUES: dict[str, str | tuple[str, ...]] = {
     "kubeconfig": "FILE",
+    "filename": "FILE",
     "context": "CONTEXT",
     "namespace": "NAMESPACE",
     "ome_namespace": "NAMESPACE",

@@ -1,12 +1,13 @@
 """``kubectl-ome``, the ``kubectl ome`` plugin (kubectl runs any ``kubectl-<name>`` on
 ``PATH``): parses the command line as kubectl does, reads the cluster and prints what
-``instance``, ``slices`` and ``capacity`` build. It only reads. ``slices -w`` watches what
+``instance``, ``slices``, ``capacity`` and ``plan`` build. It only reads. ``slices -w`` watches what
 the view reads (informers) and prints the view again whenever it changes, until Ctrl-C;
 ``completion`` prints a shell completion script (built by the ``completion`` module).
 
 Every failure is one line on standard error, ``error: ...``, and exit status 1: bad
 arguments, an unreadable kubeconfig or a context it lacks, a missing service, component or
-index, an API error.
+index, an API error. ``plan`` exits 2 when the service would wait for capacity, 1 when it
+would be refused (its plan printed on standard output).
 
 ``-o json`` and ``-o yaml`` print a list as kubectl does, a ``v1`` ``List`` of the items.
 """
@@ -21,6 +22,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
@@ -31,6 +33,9 @@ from urllib3.exceptions import HTTPError
 
 from ome import VersionAction, user_agent, version_line
 from ome.api.v1beta1 import (
+    BASE_MODELS,
+    CLUSTER_BASE_MODELS,
+    CLUSTER_SERVING_RUNTIMES,
     COMPONENTS,
     INFERENCE_REPLICAS,
     INFERENCE_SERVICES,
@@ -38,7 +43,9 @@ from ome.api.v1beta1 import (
     LABEL_INFERENCE_SERVICE,
     LABEL_MANAGED_BY,
     MANAGED_BY_OMENATIVE,
+    SERVING_RUNTIMES,
 )
+from ome.controllers.inferenceservice.decide import engine_config, resolve
 from ome.controllers.setup import CONFIG_KEY, CONFIG_MAP
 from ome.kube import JSON
 from ome.provider import gke
@@ -48,7 +55,7 @@ from ome.runtime.rest import CONFIGMAPS, NODES, PODS, Rest
 from ome.tpuslice.config import ConfigError, parse_config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON, Config
 
-from . import capacity, completion, instance, slices
+from . import capacity, completion, instance, plan, slices
 
 PROG = "kubectl ome"
 
@@ -193,6 +200,26 @@ def build_parser() -> Parser:
         "yaml (a List of the rows)",
     )
     _connection_flags(cap, top=False)
+    pl = commands.add_parser(
+        "plan",
+        help="what applying an InferenceService would do: demand, Slices, fit, or refusal",
+        description="For an InferenceService manifest, print per component its demand "
+        "(accelerator, topology, hosts and chips per Instance), the Slice each Instance would "
+        "get (named as the controller names them, the UID's hash not known yet: <hash>), and "
+        "whether it fits now: the free healthy hosts against those needed, Instance by "
+        "Instance, and the surge an update would add; or the refusal the controller or the "
+        "admission webhook would give, in its words. It writes nothing. Exit status: 0 when "
+        "everything fits, 2 when an Instance would wait for capacity, 1 when it would be "
+        "refused.",
+    )
+    pl.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        metavar="FILE",
+        help="the InferenceService manifest, YAML or JSON (-: standard input)",
+    )
+    _connection_flags(pl, top=False)
     comp = commands.add_parser(
         "completion",
         help="print a shell completion script (bash or zsh)",
@@ -575,6 +602,72 @@ def capacity_view(rest: Rest, args: argparse.Namespace) -> str:
     return capacity.render(found, wide=args.output == "wide")
 
 
+def read_manifest(filename: str) -> JSON:
+    """The one InferenceService of a YAML or JSON file (``-``: standard input)."""
+    where = "standard input" if filename == "-" else filename
+    try:
+        text = sys.stdin.read() if filename == "-" else Path(filename).read_text(encoding="utf-8")
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, UnicodeDecodeError) as e:
+        raise CommandError(f"cannot read {where}: {getattr(e, 'strerror', None) or e}") from None
+    except yaml.YAMLError as e:
+        raise CommandError(f"{where} is not YAML or JSON: {_first_line(e)}") from None
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise CommandError(
+            f"{where} holds {len(documents)} objects: plan reads one InferenceService"
+        )
+    found = documents[0]
+    kind = (found.get("apiVersion"), found.get("kind"))
+    meta = found.get("metadata")
+    if kind != ("ome.io/v1beta1", "InferenceService"):
+        raise CommandError(
+            f"{where} holds {kind[1] or 'an object'}, not an ome.io/v1beta1 InferenceService"
+        )
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise CommandError(f"{where}: the InferenceService has no metadata.name")
+    return found
+
+
+def plan_view(rest: Rest, service: JSON, namespace: str, ome_namespace: str) -> plan.Preview:
+    """``plan``: the manager's config, the service's model and runtime as the controller
+    resolves them (M6), and every node; one read each, nothing written."""
+    cfg = _load_config(rest, ome_namespace)
+    meta = dict(service.get("metadata") or {})
+    ns = str(meta.get("namespace") or namespace)
+    service = {**service, "metadata": {**meta, "namespace": ns}}
+    spec = service.get("spec") if isinstance(service.get("spec"), dict) else {}
+    spec = spec or {}
+
+    def ref(key: str) -> JSON:
+        value = spec.get(key)
+        return value if isinstance(value, dict) else {}
+
+    def namespaced(res: Any) -> Callable[[str], JSON | None]:
+        return lambda key: _get(rest, res, key.split("/", 1)[1], key.split("/", 1)[0])
+
+    def cluster(res: Any) -> Callable[[str], JSON | None]:
+        return lambda name: _get(rest, res, name, None) if name else None
+
+    model = resolve(
+        ns,
+        ref("model"),
+        "BaseModel",
+        "ClusterBaseModel",
+        namespaced(BASE_MODELS),
+        cluster(CLUSTER_BASE_MODELS),
+    )
+    runtime = resolve(
+        ns,
+        ref("runtime"),
+        "ServingRuntime",
+        "ClusterServingRuntime",
+        namespaced(SERVING_RUNTIMES),
+        cluster(CLUSTER_SERVING_RUNTIMES),
+    )
+    nodes = rest.list_all(NODES)[0]
+    return plan.preview(service, model is not None, engine_config(runtime), nodes, cfg)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.command == "version":  # needs no cluster
@@ -588,6 +681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     server = "?"
     try:
+        manifest = read_manifest(args.filename) if args.command == "plan" else {}
         rest, context_namespace = connect(args.kubeconfig, args.context)
         server = str(rest.api_client.configuration.host)
         namespace = args.namespace or context_namespace
@@ -595,6 +689,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(instance_status(rest, args, namespace))
         elif args.command == "capacity":
             sys.stdout.write(capacity_view(rest, args))
+        elif args.command == "plan":
+            found = plan_view(rest, manifest, namespace, args.ome_namespace)
+            sys.stdout.write(plan.render(found))
+            return int(found.verdict)
         else:
             slices_view(rest, args, None if args.all_namespaces else namespace)
     except CommandError as e:

@@ -26,7 +26,9 @@ from .decide import (
     ComponentPlan,
     ServiceObservation,
     ServicePlan,
+    engine_config,
     plan_service,
+    resolve,
     service_conditions,
     service_status,
 )
@@ -118,9 +120,7 @@ class InferenceServiceReconciler:
         return ServiceObservation(
             service=isvc,
             model_found=self._model(ns, spec.get("model") or {}) is not None,
-            engine_config=None
-            if runtime is None
-            else (runtime.get("spec") or {}).get("engineConfig") or {},
+            engine_config=engine_config(runtime),
             replicas=replicas,
         )
 
@@ -140,21 +140,20 @@ class InferenceServiceReconciler:
         return None
 
     def _model(self, ns: str, ref: JSON) -> JSON | None:
-        name, kind = ref.get("name", ""), ref.get("kind")
-        if kind != "ClusterBaseModel":
-            found = self.models.peek(f"{ns}/{name}")
-            if found is not None or kind == "BaseModel":
-                return found
-        return self.cluster_models.peek(name)
+        return resolve(
+            ns, ref, "BaseModel", "ClusterBaseModel", self.models.peek, self.cluster_models.peek
+        )
 
     def _runtime(self, ns: str, ref: JSON) -> JSON | None:
         """The cache's own runtime: only read (``merge_component`` copies what it takes)."""
-        name, kind = ref.get("name", ""), ref.get("kind")
-        if kind != "ClusterServingRuntime":
-            found = self.runtimes.peek(f"{ns}/{name}")
-            if found is not None or kind == "ServingRuntime":
-                return found
-        return self.cluster_runtimes.peek(name)
+        return resolve(
+            ns,
+            ref,
+            "ServingRuntime",
+            "ClusterServingRuntime",
+            self.runtimes.peek,
+            self.cluster_runtimes.peek,
+        )
 
     # -- acting --------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ Pure: no I/O, no client and no clock (the time is given); the controller acts on
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -15,6 +15,31 @@ from ome.controllers.conditions import WantedCondition, set_conditions
 from ome.kube import JSON, json_copy
 
 from .project import COMPONENTS, SpecError, merge_component, replica_spec
+
+
+def resolve(
+    namespace: str,
+    ref: JSON,
+    kind: str,
+    cluster_kind: str,
+    namespaced: Callable[[str], JSON | None],
+    cluster: Callable[[str], JSON | None],
+) -> JSON | None:
+    """The object a model or runtime reference names (M6): of ``kind`` in the service's
+    namespace (``namespaced`` looks up ``<namespace>/<name>``), else of ``cluster_kind``
+    (``cluster`` looks up ``<name>``); a reference that names its kind is looked up only
+    there. None when nothing resolves. The lookups are the caller's: caches or live reads."""
+    name, wanted = ref.get("name", ""), ref.get("kind")
+    if wanted != cluster_kind:
+        found = namespaced(f"{namespace}/{name}")
+        if found is not None or wanted == kind:
+            return found
+    return cluster(name)
+
+
+def engine_config(runtime: JSON | None) -> JSON | None:
+    """A resolved runtime's ``engineConfig`` (``{}`` without one); None with no runtime."""
+    return None if runtime is None else (runtime.get("spec") or {}).get("engineConfig") or {}
 
 
 @dataclass(frozen=True, eq=False)
