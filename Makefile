@@ -64,7 +64,7 @@ lint: setup
 UNIT_TESTS := test/unit test/fuzz stage/tests/unit test/test_layering.py \
 	$(addprefix stage/tests/sim/test_,jsonpath.py patch.py schema.py selectors.py \
 	store_indexes.py tables.py)
-# pytest-xdist runs the suites in several processes: each test file in one, and all of test/e2e
+# pytest-xdist runs the suites in several processes: in `make test` each test file in one, and all of test/e2e
 # in one (its files share their `ome-sim run`; conftest.py says how). `make unit` starts one per
 # core, as its tests compute; `make test` two per core, as most of its tests wait on an API
 # server, a manager or the clock. UNIT_WORKERS=0 (TEST_WORKERS=0) runs them in one process.
@@ -79,8 +79,10 @@ XDIST = -n $(1) --dist loadfile
 # tests anew (a tenth of the CPU time of `make unit`).
 unit test pythons: PYTHONDONTWRITEBYTECODE :=
 
+# The unit suites share no fixture across files, so `make unit` hands out single tests as workers
+# free up (--dist worksteal), which keeps its one long fuzz file from ending the run alone.
 unit: setup
-	$(BIN)/python -m pytest $(call XDIST,$(UNIT_WORKERS)) $(UNIT_TESTS)
+	$(BIN)/python -m pytest -n $(UNIT_WORKERS) --dist worksteal $(UNIT_TESTS)
 
 # Lint, and every suite of pyproject.toml's testpaths (the unit ones too), as CI runs them;
 # the 20 slowest tests are listed at the end.
