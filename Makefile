@@ -64,10 +64,11 @@ lint: setup
 UNIT_TESTS := test/unit test/fuzz stage/tests/unit test/test_layering.py \
 	$(addprefix stage/tests/sim/test_,jsonpath.py patch.py schema.py selectors.py \
 	store_indexes.py tables.py)
-# pytest-xdist runs the suites in several processes: in `make test` each test file in one, and all of test/e2e
-# in one (its files share their `ome-sim run`; conftest.py says how). `make unit` starts one per
-# core, as its tests compute; `make test` two per core, as most of its tests wait on an API
-# server, a manager or the clock. UNIT_WORKERS=0 (TEST_WORKERS=0) runs them in one process.
+# pytest-xdist runs the suites in several processes: in `make test` each test file in one, and
+# all of test/e2e in one (its files share their `ome-sim run`; conftest.py says how). `make unit`
+# starts one per core, as its tests compute; `make test` two per core, as most of its tests wait
+# on an API server, a manager or the clock. UNIT_WORKERS=0 (TEST_WORKERS=0) runs them in one
+# process.
 CORES := $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 UNIT_WORKERS ?= $(CORES)
 TEST_WORKERS ?= $(shell echo $$((2 * $(CORES))))
