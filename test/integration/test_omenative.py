@@ -449,3 +449,25 @@ def test_a_refused_replica_write_is_a_component_reconcile_error(env: Env) -> Non
         assert cond["reason"] == "ComponentReconcileError"
     finally:
         server.stop()
+
+
+def test_a_component_removed_from_the_spec_loses_its_replica(env: Env) -> None:
+    """The router's replica goes once the router leaves the spec (after the live service
+    confirms it), and the engine it never concerned runs on."""
+    both = isvc()
+    both["spec"]["router"] = copy.deepcopy(both["spec"]["engine"])
+    env.apply(both)
+    eventually(lambda: env.ready() and env.ready("qwen3-tpu-router"), timeout=60)
+    engine_pods = [p for p in env.pods() if "-engine-" in p]
+    env.kubectl(
+        "patch",
+        "inferenceservice",
+        "qwen3-tpu",
+        "-n",
+        NS,
+        "--type=json",
+        "-p",
+        '[{"op": "remove", "path": "/spec/router"}]',
+    )
+    eventually(lambda: gone(lambda: env.replica("qwen3-tpu-router")), timeout=60)
+    assert env.ready() and [p for p in env.pods() if "-engine-" in p] == engine_pods

@@ -21,6 +21,7 @@ from ome.controllers.inferenceservice.decide import (
     ServicePlan,
     plan_component,
     plan_service,
+    removal_confirmed,
     service_conditions,
     service_status,
 )
@@ -337,3 +338,26 @@ def test_a_service_is_ready_exactly_when_every_component_is(
     assert status is not None
     isvc["status"] = status
     assert service_status(isvc, conditions, NOW + timedelta(hours=1)) is None
+
+
+def _live(uid: str = "u1", deleting: bool = False, **components: JSON) -> JSON:
+    meta: JSON = {"name": "svc", "namespace": "ns", "uid": uid}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-04T00:00:00Z"
+    return {"metadata": meta, "spec": dict(components)}
+
+
+@pytest.mark.parametrize(
+    ("live", "confirmed"),
+    [
+        (_live(engine={}), True),  # the router is still gone from the server's copy
+        (_live(engine={}, router={}), False),  # added back since the cache's copy
+        (_live(uid="u2", engine={}), False),  # another service of the same name
+        (_live(deleting=True, engine={}), False),  # its replicas go with it
+        (None, False),  # gone: nothing to confirm against
+    ],
+)
+def test_a_removed_components_replica_is_deleted_only_if_the_live_service_still_lacks_it(
+    live: JSON | None, confirmed: bool
+) -> None:
+    assert removal_confirmed(live, "u1", "svc-router") is confirmed

@@ -28,6 +28,7 @@ from .decide import (
     ServicePlan,
     engine_config,
     plan_service,
+    removal_confirmed,
     resolve,
     service_conditions,
     service_status,
@@ -171,8 +172,12 @@ class InferenceServiceReconciler:
                     self._apply_replica(isvc, component, obs.replicas.get(component.component))
                 )
         ns = isvc["metadata"]["namespace"]
-        for name, uid in plan.delete:
-            self.client.delete(INFERENCE_REPLICAS, name, ns, uid=uid)
+        if plan.delete:
+            # Destructive: confirmed against the service as the server holds it now.
+            live = self.client.live_get_or_none(INFERENCE_SERVICES, isvc["metadata"]["name"], ns)
+            for name, uid in plan.delete:
+                if removal_confirmed(live, str(isvc["metadata"].get("uid", "")), name):
+                    self.client.delete(INFERENCE_REPLICAS, name, ns, uid=uid)
         return applied
 
     def _apply_replica(self, isvc: JSON, component: ComponentPlan, current: JSON | None) -> Applied:

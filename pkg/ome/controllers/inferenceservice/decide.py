@@ -135,6 +135,22 @@ def plan_service(obs: ServiceObservation) -> ServicePlan:
     )
 
 
+def removal_confirmed(live: JSON | None, service_uid: str, replica: str) -> bool:
+    """Whether the service as the API server holds it now (``live``) still wants ``replica``
+    gone: it is the same service (its UID), not being deleted (its replicas then go with it,
+    as they are owned), and no component it has is the one ``replica`` serves. A plan drawn
+    from a cached copy is so confirmed before its delete, since a component added back
+    meanwhile would otherwise lose its running replica."""
+    if live is None:
+        return False
+    meta = live.get("metadata") or {}
+    if meta.get("uid") != service_uid or meta.get("deletionTimestamp"):
+        return False
+    spec = live.get("spec") or {}
+    wanted = {f"{meta.get('name')}-{c}" for c in COMPONENTS if spec.get(c) is not None}
+    return replica not in wanted
+
+
 def _stop(reason: str, message: str) -> ServicePlan:
     return ServicePlan(stop=WantedCondition("Ready", False, reason, message))
 
