@@ -431,21 +431,31 @@ def test_a_slice_replaced_from_outside_while_the_manager_is_down_is_lost(env: En
 
 
 @pytest.mark.parametrize(
-    ("config", "line"),
+    ("config", "orphan_collection", "line"),
     [
         pytest.param(
             GUIDE_CONFIG_JSON,
-            "TPU slice provisioning is on: tpu7x (2x2x1, 2x2x2)",
+            True,
+            "TPU slice provisioning is on: tpu7x (2x2x1, 2x2x2); orphaned slices are released",
             id="on",
         ),
         pytest.param(
+            GUIDE_CONFIG_JSON,
+            False,
+            "TPU slice provisioning is on: tpu7x (2x2x1, 2x2x2); orphaned slices are left alone "
+            "(--orphan-slice-collection=false)",
+            id="on, orphans left alone",
+        ),
+        pytest.param(
             None,
+            True,
             "TPU slice provisioning is off: there is no inferenceservice-config ConfigMap in "
             "namespace ome",
             id="no ConfigMap",
         ),
         pytest.param(
             "",
+            True,
             "TPU slice provisioning is off: the inferenceservice-config ConfigMap in namespace "
             "ome has no tpuSliceProvisioning entry",
             id="no entry",
@@ -457,12 +467,22 @@ def test_the_start_up_line_says_whether_provisioning_is_on_and_why_not(
     kubectl: Kubectl,
     caplog: pytest.LogCaptureFixture,
     config: str | None,
+    orphan_collection: bool,
     line: str,
 ) -> None:
     with caplog.at_level(logging.INFO, logger="ome.controllers.setup"):
-        for _env in make_env(cluster, kubectl, ["tpu7x:provision-only:1"], config=config):
+        for env in make_env(
+            cluster,
+            kubectl,
+            ["tpu7x:provision-only:1"],
+            config=config,
+            orphan_collection=orphan_collection,
+        ):
             said = [r.getMessage() for r in caplog.records if "provisioning is" in r.getMessage()]
             assert said == [line]
+            # G6: the orphan controller runs exactly when the line says orphans are released.
+            running = {c.name for c in env.manager.controllers}
+            assert ("tpuslice-orphans" in running) == line.endswith("orphaned slices are released")
 
 
 def test_an_opted_in_component_without_a_topology_is_told_once(

@@ -64,6 +64,7 @@ class Env:
     options: ManagerOptions
     stop: threading.Event
     thread: threading.Thread
+    orphan_collection: bool = True
 
     def stop_manager(self) -> None:
         """Stop the manager (as a rollout or a crash would): nothing of it acts any more."""
@@ -75,7 +76,7 @@ class Env:
         """A new manager process, as after a restart: fresh caches, expectations and
         metrics, the same User-Agent."""
         self.manager, self.registry, self.stop, self.thread = _start_manager(
-            self.cluster, self.options
+            self.cluster, self.options, self.orphan_collection
         )
 
     def apply(self, obj: JSON) -> None:
@@ -154,6 +155,7 @@ def make_env(
     crd: bool = True,
     activation_delay: float = 0.2,
     webhook: bool = False,
+    orphan_collection: bool = True,
 ) -> Iterator[Env]:
     kubectl("apply", "-f", "config/crd/")
     rest = Rest(cluster.api)
@@ -184,11 +186,11 @@ def make_env(
     if webhook:
         options.webhook_bind_address = "127.0.0.1:0"
         options.webhook_cert_check_interval = 0.2
-    manager, registry, stop, thread = _start_manager(cluster, options)
+    manager, registry, stop, thread = _start_manager(cluster, options, orphan_collection)
     if webhook:
         install_webhook_configuration(rest, kubectl, manager)
     rest.create(NAMESPACES, {"metadata": {"name": NS}})
-    env = Env(cluster, rest, kubectl, manager, registry, options, stop, thread)
+    env = Env(cluster, rest, kubectl, manager, registry, options, stop, thread, orphan_collection)
     violations: list[str] = []
     if any(":provision-only:" in p for p in pools) and crd and config is not None:
         cluster.thread.call(
@@ -210,14 +212,14 @@ def make_env(
 
 
 def _start_manager(
-    cluster: Cluster, options: ManagerOptions
+    cluster: Cluster, options: ManagerOptions, orphan_collection: bool = True
 ) -> tuple[Manager, CollectorRegistry, threading.Event, threading.Thread]:
     """An in-process manager under ``MANAGER_AGENT``, with its controllers, running."""
     registry = CollectorRegistry()
     manager_api = client.ApiClient(cluster.api.configuration)
     manager_api.user_agent = MANAGER_AGENT
     manager = Manager(Rest(manager_api), options, registry=registry)
-    setup_controllers(manager)
+    setup_controllers(manager, orphan_collection=orphan_collection)
     stop = threading.Event()
     thread = threading.Thread(target=manager.run, args=(stop,), daemon=True)
     thread.start()

@@ -88,9 +88,12 @@ def _serves(client: Client) -> bool:
         ) from e
 
 
-def setup_controllers(manager: Manager, hooks: Hooks | None = None) -> InferenceReplicaReconciler:
+def setup_controllers(
+    manager: Manager, hooks: Hooks | None = None, orphan_collection: bool = True
+) -> InferenceReplicaReconciler:
     """Add the controllers; raises ``ConfigError`` for an invalid slice configuration and
-    ``StartupError`` for a start-up read that keeps failing."""
+    ``StartupError`` for a start-up read that keeps failing. ``orphan_collection``: whether
+    Slices whose InferenceReplica is gone are released (G6), when slices are provisioned."""
     inf = manager.informers
     hooks = hooks or Hooks()
     replicas = inf.informer(INFERENCE_REPLICAS)
@@ -137,7 +140,8 @@ def setup_controllers(manager: Manager, hooks: Hooks | None = None) -> Inference
         manager.registry.register(CacheChipTime(slices, manager.is_leader))
         log.info(
             messages.provisioning_on(
-                {name: acc.topologies for name, acc in config.accelerators.items()}
+                {name: acc.topologies for name, acc in config.accelerators.items()},
+                orphan_collection,
             )
         )
     if manager.webhooks_enabled:
@@ -164,6 +168,8 @@ def setup_controllers(manager: Manager, hooks: Hooks | None = None) -> Inference
         # holders of its Slices' hosts going): that controller wakes it, first.
         slices.on_teardown(lambda key: replica_controller.enqueue(key, PRIORITY_HIGH))
         manager.add_controller(slice_controller)
+        if orphan_collection:
+            manager.add_controller(slices.orphan_controller())
     manager.add_controller(replica_controller)
     service_reconciler = InferenceServiceReconciler(
         manager.client,

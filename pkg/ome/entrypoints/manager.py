@@ -134,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the manager's own namespace: its Lease and configuration live there "
         "(default: $POD_NAMESPACE, else ome)",
     )
+    parser.add_argument(
+        "--orphan-slice-collection",
+        type=_boolean,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="true|false",
+        help="release the TPU Slices whose InferenceReplica is gone (a finalizer removed by "
+        "force, a teardown past its deadline), once seen so twice and confirmed by a live "
+        "read, by the rules of any release; --orphan-slice-collection=false leaves them to "
+        "a person (default true)",
+    )
     hooks = parser.add_argument_group("admission webhook")
     hooks.add_argument(
         "--webhook-bind-address",
@@ -290,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     try:
-        setup_controllers(manager)
+        setup_controllers(manager, orphan_collection=args.orphan_slice_collection)
     except ConfigError as e:
         # A5: every error, then a non-zero exit.
         log.error(

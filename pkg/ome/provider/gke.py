@@ -136,3 +136,14 @@ def parse(obj: JSON) -> SliceInfo:
         if isinstance(partitions, list)
         else (),
     )
+
+
+def reference(found: SliceInfo) -> JSON:
+    """The Slice as an event's object: what an event recorded about it names (kind, name,
+    UID; cluster-scoped, so the event goes to the ``default`` namespace, as Kubernetes puts a
+    node's)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": found.name, "uid": found.uid},
+    }

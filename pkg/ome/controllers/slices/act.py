@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -37,7 +37,7 @@ from ome.tpuslice.placement import Demand
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import losses, messages, readiness, releases
+from . import losses, messages, orphans, readiness, releases
 from .metrics import SliceMetrics
 from .model import Event, Pod, Replica, release_deferred, withheld
 from .plan import GateObservation, GatePlan, ReleaseObservation, ReleasePlan
@@ -59,7 +59,11 @@ class Ledger:
     Invariants, under ``_lock``: ``_born[name]`` exists from our create until the Slice is
     first seen ready (or a day passes); ``_retries[name]`` counts the consecutive releases of
     it that were deferred or refused, and is dropped once it is deleted (or a day passes);
-    ``_noticed`` holds the (replica, reason, generation) notices already given.
+    ``_noticed`` holds the (replica, reason, generation) notices already given;
+    ``_sighted[owner UID]`` maps each Slice UID of that owner's orphans to its first sighting
+    (G6), as the last orphan pass of that owner left it, and is dropped when none is left;
+    ``_kept[name]`` is the last text logged of an orphan kept by its pods, so that it is
+    logged once per change, not on every try.
     """
 
     def __init__(self) -> None:
@@ -67,6 +71,8 @@ class Ledger:
         self._born: TTLCache[str, datetime] = TTLCache(maxsize=100_000, ttl=86_400)
         self._retries: TTLCache[str, int] = TTLCache(maxsize=100_000, ttl=86_400)
         self._noticed: TTLCache[tuple[str, str, int], bool] = TTLCache(maxsize=100_000, ttl=86_400)
+        self._sighted: TTLCache[str, dict[str, datetime]] = TTLCache(maxsize=100_000, ttl=86_400)
+        self._kept: TTLCache[str, str] = TTLCache(maxsize=100_000, ttl=86_400)
 
     def born(self, name: str, at: datetime) -> None:
         with self._lock:
@@ -88,6 +94,28 @@ class Ledger:
     def released(self, name: str) -> None:
         with self._lock:
             self._retries.pop(name, None)
+            self._kept.pop(name, None)
+
+    def sightings(self, owner_uid: str) -> dict[str, datetime]:
+        """G6: the first sighting of each orphan of ``owner_uid``, by Slice UID (a copy)."""
+        with self._lock:
+            return dict(self._sighted.get(owner_uid) or {})
+
+    def sighted(self, owner_uid: str, sightings: Mapping[str, datetime]) -> None:
+        """Remember what the last orphan pass of ``owner_uid`` saw (nothing: forget it)."""
+        with self._lock:
+            if sightings:
+                self._sighted[owner_uid] = dict(sightings)
+            else:
+                self._sighted.pop(owner_uid, None)
+
+    def first_kept(self, name: str, text: str) -> bool:
+        """True when ``text`` is not what was last logged of orphan ``name`` kept by pods."""
+        with self._lock:
+            if self._kept.get(name) == text:
+                return False
+            self._kept[name] = text
+            return True
 
     def first_notice(self, key: str, reason: str, generation: int) -> bool:
         """True the first time ``reason`` is noticed for this generation of replica ``key``."""
@@ -363,8 +391,18 @@ class SliceActor:
             self.metrics.release_deferred.labels(found.slice_type, found.topology).inc()
             self.record(replica, [release_deferred(found.name, step.holders)])
             return self.ledger.retry(found.name)
-        if not self.slices.reserve_delete(replica.key, found.name, found.uid):
-            return None  # our delete is already on its way
+        if self._delete(replica.key, step):
+            log.info("released TPU slice %s", found.name)
+        return None
+
+    def _delete(self, key: str, step: releases.Delete) -> bool:
+        """G1: delete the Slice under its UID (and resourceVersion), expected under ``key``
+        until the cache shows it going; counted as released. False when nothing was sent (our
+        delete is already on its way) or the Slice changed since it was read (409: decided
+        again on the next pass). Raises other API errors."""
+        found = step.slice
+        if not self.slices.reserve_delete(key, found.name, found.uid):
+            return False
         try:
             self.client.delete(
                 gke.SLICES,
@@ -373,17 +411,16 @@ class SliceActor:
                 resource_version=step.resource_version or None,
             )
         except ApiException as e:
-            self.slices.delete_failed(replica.key, found.name)
+            self.slices.delete_failed(key, found.name)
             if e.status == 409:
-                return None  # replaced or changed since it was read: decided again next pass
+                return False
             raise
         except Exception:
-            self.slices.delete_failed(replica.key, found.name)
+            self.slices.delete_failed(key, found.name)
             raise
         self.ledger.released(found.name)
         self.metrics.released.labels(found.slice_type, found.topology).inc()
-        log.info("released TPU slice %s", found.name)
-        return None
+        return True
 
     # -- the release pass ----------------------------------------------------------------
 
@@ -475,6 +512,68 @@ class SliceActor:
         self.record(
             replica, [Event(messages.SLICE_LOST, messages.lost(name, lost.why, sorted(deleted)))]
         )
+
+    # -- orphan collection -----------------------------------------------------------------
+
+    def collect_orphans(self, owner_uid: str, due: Sequence[SliceInfo]) -> ReleaseOutcome:
+        """G6: confirm each orphan that is due on live values (the Slice, its owner, the pods
+        on its hosts), then release it, defer it (G2) or keep it while pods confined to it
+        run; the retry backoff of each that did not go."""
+        out = ReleaseOutcome()
+        reads = _Reads()
+        for cached in due:
+            if not attempt(
+                f"releasing orphaned TPU slice {cached.name}",
+                partial(self._orphan, owner_uid, cached, reads, out),
+            ):
+                out.retry_in(self.ledger.retry(cached.name))
+        return out
+
+    def _owner_found(self, found: SliceInfo) -> bool:
+        """G6: whether an InferenceReplica with the Slice's owner UID exists, read live: the
+        one its annotation names when the name's hash vouches for it (D2), else every one."""
+        if orphans.names_its_owner(found):
+            namespace, _, name = found.owner.partition("/")
+            live = self.client.live_get_or_none(INFERENCE_REPLICAS, name, namespace)
+            found_uids = [] if live is None else [str(live["metadata"].get("uid", ""))]
+        else:
+            found_uids = [
+                str(r["metadata"].get("uid", "")) for r in self.client.live_list(INFERENCE_REPLICAS)
+            ]
+        return orphans.owner_exists(found, found_uids)
+
+    def _orphan(
+        self, owner_uid: str, cached: SliceInfo, reads: _Reads, out: ReleaseOutcome
+    ) -> None:
+        live = self._slice(cached.name)
+        if live is None or live.uid != cached.uid or live.terminating:
+            return  # gone, replaced or going: nothing to do
+        owner_found = self._owner_found(live)
+        host_pods = [] if owner_found else self._host_pods(reads, live.name)
+        step = orphans.confirm(cached, live, owner_found, host_pods)
+        if step is None:
+            return
+        if isinstance(step, releases.InUse):
+            text = messages.orphan_in_use(live.name, live.owner_uid, step.pods)
+            if self.ledger.first_kept(live.name, text):
+                log.info("%s", text)
+            out.retry_in(self.ledger.retry(live.name))
+            return
+        if isinstance(step, releases.Defer):
+            self.metrics.release_deferred.labels(live.slice_type, live.topology).inc()
+            self.recorder.lasting(
+                gke.reference(live),
+                WARNING,
+                messages.SLICE_RELEASE_DEFERRED,
+                messages.release_deferred(live.name, step.holders),
+                subject=live.name,
+            )
+            out.retry_in(self.ledger.retry(live.name))
+            return
+        if not self._delete(owner_uid, step):
+            return
+        self.metrics.orphans_released.labels(live.slice_type, live.topology).inc()
+        log.info("%s", messages.orphan_released(live.name, live.owner_uid, live.owner))
 
     # -- teardown ------------------------------------------------------------------------
 

@@ -19,14 +19,10 @@ from ome.tpuslice.shape import ShapeError, parse_topology
 from ome.tpuslice.slices import SliceInfo
 
 from .metrics import LABELS
-from .reconciler import SliceReconcilers
+from .reconciler import BY_OWNER_UID, BY_UID, SliceReconcilers, uid_of
 
 #: The index of OME's pods by the Slice their node selector confines them to.
 BY_SLICE = "chip-time-slice"
-#: The slice reconcilers' index of Slices by their owner-UID label.
-OWNER_INDEX = "owner"
-#: The index of replicas by UID (whether a Slice's owner exists, as K4 judges it).
-BY_UID = "chip-time-uid"
 
 
 class Phase(StrEnum):
@@ -202,11 +198,6 @@ def _slice_of_pod(slice_label: str) -> Callable[[JSON], list[str]]:
     return index
 
 
-def _uid_of(obj: JSON) -> list[str]:
-    uid = (obj.get("metadata") or {}).get("uid")
-    return [uid] if isinstance(uid, str) and uid else []
-
-
 def _running(pod: JSON) -> bool:
     return not (pod.get("metadata") or {}).get("deletionTimestamp") and (
         (pod.get("status") or {}).get("phase") == "Running"
@@ -235,7 +226,6 @@ class CacheChipTime(ChipTime):
         self._view, self._ready_states = reconcilers.slice_view, config.slice.ready_states
         index = _slice_of_pod(config.slice_label)
         pods.add_indexer(BY_SLICE, index)
-        replicas.add_indexer(BY_UID, _uid_of)
         shapes = [(a.slice_type, t) for a in config.accelerators.values() for t in a.topologies]
         super().__init__(self._held_at, self._held_all, leading, shapes, clock)
         slices.add_handler(
@@ -262,8 +252,8 @@ class CacheChipTime(ChipTime):
     def _owned_by(self, replica: JSON) -> list[str]:
         return [
             _name(s)
-            for uid in _uid_of(replica)
-            for s in self._slices.peek_by_index(OWNER_INDEX, uid)
+            for uid in uid_of(replica)
+            for s in self._slices.peek_by_index(BY_OWNER_UID, uid)
         ]
 
     def _held_of(self, s: SliceInfo) -> Held:

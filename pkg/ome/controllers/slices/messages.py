@@ -38,13 +38,23 @@ CRD_MISSING_LOG = (
 )
 
 
-def provisioning_on(accelerators: dict[str, tuple[str, ...]]) -> str:
-    """A1: the start-up line when provisioning is on, with the accelerators and their
-    topologies: ``TPU slice provisioning is on: tpu7x (2x2x1, 2x2x2)``."""
+#: L2: the start-up line's end while orphan collection (G6) is on.
+ORPHANS_RELEASED = "orphaned slices are released"
+
+
+def provisioning_on(accelerators: dict[str, tuple[str, ...]], orphans: bool = True) -> str:
+    """L2: the start-up line when provisioning is on, with the accelerators and their
+    topologies, and whether orphaned Slices are collected (G6): ``TPU slice provisioning is
+    on: tpu7x (2x2x1, 2x2x2); orphaned slices are released``."""
     parts = [
         f"{name} ({', '.join(topologies)})" for name, topologies in sorted(accelerators.items())
     ]
-    return f"TPU slice provisioning is on: {'; '.join(parts)}"
+    collection = (
+        ORPHANS_RELEASED
+        if orphans
+        else "orphaned slices are left alone (--orphan-slice-collection=false)"
+    )
+    return f"TPU slice provisioning is on: {'; '.join(parts)}; {collection}"
 
 
 def provisioning_off(why: str) -> str:
@@ -213,6 +223,21 @@ def teardown_failed(errors: Iterable[str], uid: str) -> str:
     return (
         f"releasing owned TPU slices failed: {chr(10).join(errors)}; delete the slices labeled "
         f"ome.io/slice-owner-uid={uid} by hand"
+    )
+
+
+def orphan_released(name: str, uid: str, owner: str) -> str:
+    """G6: the log line of an orphan released: ``released orphaned TPU slice <n>: no
+    InferenceReplica has its owner UID <uid>[ (its owner was <namespace>/<name>)]``."""
+    was = f" (its owner was {owner})" if owner else ""
+    return f"released orphaned TPU slice {name}: no InferenceReplica has its owner UID {uid}{was}"
+
+
+def orphan_in_use(name: str, uid: str, pods: Iterable[str]) -> str:
+    """G6: the log line of an orphan kept while pods confined to it still run there."""
+    return (
+        f"orphaned TPU slice {name} (no InferenceReplica has its owner UID {uid}) is kept while "
+        f"pods {', '.join(pods)} run on it; it is released once they are gone"
     )
 
 

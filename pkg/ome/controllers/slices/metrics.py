@@ -1,5 +1,5 @@
-"""The TPU slice metrics (K1 to K5), with every configured type x topology series
-pre-created at zero, as K2 says. Counting only: no decisions here."""
+"""The TPU slice metrics (K1 to K5, and the orphans released, G6), with every configured
+type x topology series pre-created at zero, as K2 says. Counting only: no decisions here."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ class SliceMetrics:
             LABELS,
             registry=reg,
         )
+        self.orphans_released = Counter(
+            "ome_tpu_slice_orphans_released_total",
+            "Orphaned Slices (no InferenceReplica has their owner UID) released",
+            LABELS,
+            registry=reg,
+        )
         self.create_failures = Counter(
             "ome_tpu_slice_create_failures_total",
             "Slice creates that failed",
@@ -57,6 +63,7 @@ class SliceMetrics:
                     self.released,
                     self.release_deferred,
                     self.lost,
+                    self.orphans_released,
                     self.duration,
                 ):
                     family.labels(acc.slice_type, topology)

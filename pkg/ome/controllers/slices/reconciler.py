@@ -1,5 +1,5 @@
 """Wires the five slice reconcilers to the manager's shared informers: it observes (reads the
-caches into ``plan``'s observed values), plans, and has ``act`` carry the plan out. Three
+caches into ``plan``'s observed values), plans, and has ``act`` carry the plan out. Four
 entry points share the caches and the expectations:
 
 - ``slice_gate``, asked by the InferenceReplica pass about the Instances about to get pods: demand
@@ -7,7 +7,9 @@ entry points share the caches and the expectations:
 - the ``tpuslice`` controller, keyed by replica: release and loss detection, woken by any
   change of the replica, its pods, its Slices, their hosts and the pods of others on those
   hosts, so that neither waits for (or depends on) the InferenceReplica pass;
-- ``teardown``, the replica's teardown hook (G5).
+- ``teardown``, the replica's teardown hook (G5);
+- the ``tpuslice-orphans`` controller, keyed by owner UID: orphan collection (G6), the
+  Slices of replicas that are gone, woken by such a Slice, a replica going, and a scan.
 
 It owns no decision and writes nothing itself.
 """
@@ -28,16 +30,23 @@ from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations
-from ome.runtime.informer import Informer, index_by_label, object_key
+from ome.runtime.informer import (
+    DeletedFinalStateUnknown,
+    EventHandler,
+    Informer,
+    deleted_object,
+    index_by_label,
+    object_key,
+)
 from ome.runtime.views import ByVersion
-from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_NORMAL
+from ome.runtime.workqueue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL
 from ome.tpuslice import naming, placement
 from ome.tpuslice.hosts import Host
 from ome.tpuslice.naming import OWNER_ANNOTATION, OWNER_UID_LABEL
 from ome.tpuslice.slices import SliceInfo
 from ome.tpuslice.types import Config
 
-from . import messages, releases
+from . import messages, orphans, releases
 from .act import SliceActor
 from .metrics import SliceMetrics
 from .model import Pod, Replica, slots_of
@@ -50,6 +59,17 @@ log = logging.getLogger(__name__)
 BY_REPLICA = "replica"
 #: The index of replicas by the owner hash their Slice names end with (D2).
 BY_HASH = "slice-hash"
+#: The index of replicas by UID, and of Slices by their owner-UID label (D4).
+BY_UID = "uid"
+BY_OWNER_UID = "owner"
+#: The orphan controller's key for a look over every Slice in the cache (G6), queued at its
+#: start and again every ``ORPHAN_SCAN_PERIOD`` seconds; every other key is an owner UID. A
+#: label value never contains ``*``.
+ORPHAN_SCAN = "*"
+#: How often the orphan controller looks over every cached Slice, besides the Slice and
+#: replica events that route orphans to it: a net for one that no event named (from the
+#: cache only; no API request).
+ORPHAN_SCAN_PERIOD = 600.0
 
 
 def _owner_hash_of(replica: JSON) -> list[str]:
@@ -185,6 +205,8 @@ class SliceReconcilers:
         self.holders, self.replicas = holders, replicas
         self.clock = clock
         self._wake_teardown: Callable[[str], None] | None = None
+        #: the orphan controller, once made (its scan queues owner UIDs on it)
+        self._orphans: Controller | None = None
         #: our Slice creates and deletes the cache does not show yet, per replica key
         self.expectations = Expectations()
         #: the model's values of cached Slices and replicas, parsed once per version
@@ -193,11 +215,12 @@ class SliceReconcilers:
         self.actor = SliceActor(
             client, config, recorder, metrics, self.expectations, pod_expectations, clock
         )
-        slices.add_indexer("owner", index_by_label(OWNER_UID_LABEL))
+        slices.add_indexer(BY_OWNER_UID, index_by_label(OWNER_UID_LABEL))
         nodes.add_indexer("slice", index_by_label(config.slice_label))
         nodes.add_indexer("provision-only", self._provision_only_accelerator)
         pods.add_indexer(BY_REPLICA, replica_key_of_pod)
         replicas.add_indexer(BY_HASH, _owner_hash_of)
+        replicas.add_indexer(BY_UID, uid_of)
 
     # -- observing -----------------------------------------------------------------------
 
@@ -212,7 +235,9 @@ class SliceReconcilers:
     def _owned(self, replica: Replica) -> dict[str, SliceInfo]:
         return {
             s.name: s
-            for s in (self.slice_view(o) for o in self.slices.peek_by_index("owner", replica.uid))
+            for s in (
+                self.slice_view(o) for o in self.slices.peek_by_index(BY_OWNER_UID, replica.uid)
+            )
             if s.owned_by(replica.uid)
         }
 
@@ -431,6 +456,75 @@ class SliceReconcilers:
             old, self.config.slice_label
         ) != Host.from_node(new, self.config.slice_label)
 
+    # -- orphan collection (G6) -----------------------------------------------------------
+
+    def _owner_cached(self, uid: str) -> bool:
+        return bool(self.replicas.peek_by_index(BY_UID, uid))
+
+    def collect_orphans(self, key: str) -> Result | None:
+        """G6, keyed by owner UID: the Slices of that owner, if no cached replica has its
+        UID, each released (confirmed live first) once it has been an orphan in the caches
+        for ``orphans.ORPHAN_GRACE``; until then, looked at again when the first falls due.
+        The scan key queues every owner UID with an orphan in the cache."""
+        if key == ORPHAN_SCAN:
+            found = {uid for obj in self.slices.peek_list() for uid in self.orphan_keys(obj)}
+            if self._orphans is not None:
+                for uid in sorted(found):
+                    self._orphans.enqueue(uid, PRIORITY_LOW)
+            return Result(requeue_after=ORPHAN_SCAN_PERIOD)
+        owned = [self.slice_view(o) for o in self.slices.peek_by_index(BY_OWNER_UID, key)]
+        cached = self._owner_cached(key)
+        _, releasing = self.expectations.observe(
+            key, {s.name: (s.uid, s.terminating) for s in owned}
+        )
+        candidates = [
+            s
+            for s in owned
+            if s.owner_uid == key and s.name not in releasing and orphans.is_candidate(s, cached)
+        ]
+        plan = orphans.orphan_pass(
+            candidates, self.actor.ledger.sightings(key), self.clock(), orphans.ORPHAN_GRACE
+        )
+        self.actor.ledger.sighted(key, plan.sightings)
+        waits = [] if plan.look_again is None else [plan.look_again]
+        if plan.due:
+            outcome = self.actor.collect_orphans(key, plan.due)
+            if outcome.retry_after is not None:
+                waits.append(outcome.retry_after)
+        if not candidates and not owned:
+            self.expectations.forget(key)
+        return Result(requeue_after=min(waits)) if waits else None
+
+    def orphan_keys(self, slice_obj: JSON) -> list[str]:
+        """A Slice routes to the orphan controller by its owner UID when the cache shows it
+        as an orphan (G6): an owner-UID label no cached replica has, and not going. Only once
+        the replica cache has synced: before, every Slice would look like one (the scan at
+        the controller's start looks then)."""
+        if not self.replicas.has_synced():
+            return []
+        found = self.slice_view(slice_obj)
+        if not found.owner_uid or not orphans.is_candidate(
+            found, self._owner_cached(found.owner_uid)
+        ):
+            return []
+        return [found.owner_uid]
+
+    def orphan_controller(self) -> Controller:
+        """G6, keyed by owner UID, with one worker: woken by a Slice that the cache shows as
+        an orphan, by a replica going that owns Slices, and by its scan, queued at start."""
+        c = Controller("tpuslice-orphans", self.collect_orphans, workers=1)
+        self._orphans = c
+        c.watch(self.slices, keys=self.orphan_keys)
+
+        def gone(obj: JSON | DeletedFinalStateUnknown) -> None:
+            for uid in uid_of(deleted_object(obj)):
+                if self.slices.peek_by_index(BY_OWNER_UID, uid):
+                    c.enqueue(uid)
+
+        self.replicas.add_handler(EventHandler(on_delete=gone))
+        c.enqueue(ORPHAN_SCAN, PRIORITY_LOW)
+        return c
+
     # -- routing events to replica keys ---------------------------------------------------
 
     def slice_owner_keys(self, slice_obj: JSON) -> list[str]:
@@ -464,6 +558,12 @@ class SliceReconcilers:
             pass  # unreadable chips count as holding
         host = self.nodes.peek(node)
         return self.node_owner_keys(host) if host is not None else []
+
+
+def uid_of(obj: JSON) -> list[str]:
+    """The object's UID, as an index value (none without one)."""
+    uid = (obj.get("metadata") or {}).get("uid")
+    return [uid] if isinstance(uid, str) and uid else []
 
 
 def _g3_reads(row: JSON) -> tuple[object, ...]:
