@@ -140,7 +140,8 @@ soak: setup
 	$(BIN)/ome-sim soak --minutes $(SOAK_MINUTES) $(if $(SOAK_SEED),--seed $(SOAK_SEED)) $(ARGS)
 
 # Each of the soak's checkers can fail: short soaks with one protection of the manager turned
-# off at a time (stage/tests/soak; about 3 minutes on two cores).
+# off at a time (stage/tests/soak; about 6 minutes on two cores, 2 of them the leak check
+# waiting out its convergence budget).
 soak-check: setup
 	$(BIN)/python -m pytest stage/tests/soak
 

@@ -698,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     soak.add_argument(
         "--sabotage",
-        choices=("uid-precondition", "lease-check", "slice-gate"),
+        choices=("uid-precondition", "lease-check", "slice-gate", "orphan-collection"),
         default="",
         help="run the manager with this protection off (the soak must then fail)",
     )

@@ -28,6 +28,8 @@ FAULTS: dict[str, str] = {
     "host-unreachable": "a TPU host unreachable (Ready Unknown) for a while",
     "foreign-pod": "a pod of another workload holds a host's chips for a while",
     "foreign-slice": "a Slice of someone else appears, sometimes at a name OME would give",
+    "replica-finalizer-removed": "a service's InferenceReplica deleted and its finalizer "
+    "removed by force at once (the service makes it anew; its Slices are left as orphans)",
 }
 #: Load steps on the opted-in services.
 LOAD: dict[str, str] = {
@@ -79,7 +81,7 @@ def _fault_params(kind: str, rng: random.Random) -> dict[str, Any]:
         return {"beyond_lease": round(rng.uniform(1.0, 4.0), 1)}
     if kind == "second-manager":
         return {"for": round(rng.uniform(8.0, 30.0), 1)}
-    if kind in ("slice-deleted", "slice-moved"):
+    if kind in ("slice-deleted", "slice-moved", "replica-finalizer-removed"):
         return {"pick": pick}
     if kind in ("partitions-dropped", "slice-stuck", "host-cordoned", "host-not-ready"):
         return {"pick": pick, "for": hold}

@@ -613,6 +613,24 @@ class Soak:
         self.foreign_slices[name] = _until(finalized, 10, f"GKE's finalizer on Slice {name}")
         return f"foreign Slice {name} at {where}"
 
+    def _replica_finalizer_removed(self, params: JSON) -> str:
+        """A person gives up on a replica's teardown: the replica deleted and, at once, its
+        finalizer removed by force. Its pods go with it (the garbage collector) and its
+        Slices are left with an owner UID nobody has; the service makes a new replica."""
+        name = self._service(params["pick"])
+        if name is None:
+            return "skipped: no service"
+        replica = f"{name}-engine"
+        assert self.rest is not None
+        try:
+            self.rest.delete(INFERENCE_REPLICAS, replica, NS)
+            self.rest.patch(INFERENCE_REPLICAS, replica, {"metadata": {"finalizers": None}}, NS)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return f"skipped: replica {replica} went before its finalizer was removed"
+        return f"deleted replica {replica} with its finalizer removed by force"
+
     # -- the end ----------------------------------------------------------------------------
 
     def end_faults(self) -> None:

@@ -2,7 +2,9 @@
 (``ome-sim soak --sabotage``, which patches the running manager from outside; the product has
 no such switch), and the soak must catch it with a violation of the matching invariant and
 exit 1. Short soaks with the faults that bring each protection into play; about three
-minutes together on two cores (make soak-check, which CI runs after the short soak)."""
+minutes together on two cores (make soak-check, which CI runs after the short soak), and the
+leak check with orphan collection off, which waits out the convergence budget (2 minutes
+more)."""
 
 from __future__ import annotations
 
@@ -64,3 +66,25 @@ def test_the_soak_catches_a_manager_without(
     first = next(v for v in report["violations"] if v["invariant"] == invariant)
     assert f"VIOLATION [{invariant}]" in stdout
     assert first["history"], "a violation prints the history of the objects involved"
+
+
+@pytest.mark.timeout(480)
+def test_the_soaks_leak_check_catches_a_manager_without_orphan_collection(
+    tmp_path: Path,
+) -> None:
+    """Replicas deleted with their finalizers removed by force leave their Slices: a manager
+    that does not collect orphans leaks them, and the leak check names them (the soak does not
+    converge, and exits 1). With collection on, the same seed converges: ``make soak``."""
+    code, report, stdout = soak(
+        tmp_path,
+        "--sabotage",
+        "orphan-collection",
+        "--minutes",
+        "0.4",
+        "--faults",
+        "replica-finalizer-removed",
+    )
+    assert code == 1
+    assert report["violations"] == [], "no invariant is at stake, only a leak"
+    assert report["converged_s"] is None
+    assert any("is wanted by no slot" in p for p in report["end_problems"]), stdout[-3000:]
