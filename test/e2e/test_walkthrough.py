@@ -155,6 +155,10 @@ def trouble(walk: Shell) -> Iterator[Shell]:
     yield walk.on(TROUBLESHOOTING)
 
 
+#: M7: the service's conditions, as a user reads them.
+DESCRIBE = "kubectl describe inferenceservice qwen3-tpu -n qwen3-tpu"
+
+
 def instance_status(index: int) -> str:
     return f"kubectl ome instance status qwen3-tpu {index} --component engine -n qwen3-tpu -o wide"
 
@@ -341,10 +345,21 @@ def test_pods_wait_for_a_slice_shown_by_kubectl_ome(trouble: Shell) -> None:
         f"until its capacity is ready: slice {cells[4]} is waiting for partition assignment"
     )
     assert message in shown, shown
+    # M7: once held a minute, the Instance is named in the service's condition, as the page
+    # shows it (the Slice's hash aside); and dropped from it once it no longer waits.
+    named = (
+        "Message:               8 of 9 instances ready; instance 8 is withheld until its "
+        f"capacity is ready: slice {cells[4]} is waiting for partition assignment"
+    )
+    page = TROUBLESHOOTING.line("    Message:               8 of 9 instances ready;").strip()
+    assert page == named.replace(cells[4].rsplit("-", 1)[1], "8f3a21c7"), page
+    eventually(lambda: named in [line.strip() for line in trouble.lines(DESCRIBE)], timeout=120)
     trouble(scale(1))
     eventually(
         lambda: len(trouble.lines("kubectl ome slices qwen3-tpu -n qwen3-tpu")) == 2, timeout=90
     )
+    ready = "Message:               1 of 1 instances ready"
+    eventually(lambda: ready in [line.strip() for line in trouble.lines(DESCRIBE)], timeout=60)
 
 
 def test_clean_up_leaves_no_slice(walk: Shell) -> None:

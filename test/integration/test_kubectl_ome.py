@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
+from ome.controllers.holds import hold_reason
 from ome.controllers.inferencereplica import instances
-from ome.controllers.inferencereplica.instances import hold_reason
 from ome.controllers.slices import messages
 from ome.provider import gke
 from ome.runtime.rest import NODES

@@ -19,6 +19,8 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from ome.api.v1beta1 import INFERENCE_REPLICAS
+from ome.controllers.inferencereplica import instances
+from ome.controllers.inferenceservice import decide
 from ome.controllers.setup import setup_controllers
 from ome.controllers.slices import messages
 from ome.kube import parse_time
@@ -332,6 +334,66 @@ def test_pods_wait_while_the_pool_has_no_capacity(tight: Env) -> None:
     assert row["operation"]["deadline"] is None
     assert row["lastFailure"]["message"].endswith("is waiting for partition assignment")
     assert not [p for p in env.pods() if p["metadata"]["name"].startswith("second-")]
+
+
+def engine_message(env: Env) -> str:
+    """The EngineReady condition's message as ``kubectl describe inferenceservice`` prints it."""
+    out = env.kubectl("describe", "inferenceservice", "qwen3-tpu", "-n", NS).stdout
+    lines = [line.strip() for line in out.splitlines()]
+    at = lines.index("Type:                  EngineReady")
+    # A condition's fields print in order: Last Transition Time, Message, ..., Type.
+    message = next(line for line in reversed(lines[:at]) if line.startswith("Message:"))
+    return message.removeprefix("Message:").strip()
+
+
+def test_the_condition_names_the_instance_that_waits_until_it_fits(
+    tight: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """M7, as a user reads it: more Instances than the pool has hosts. The component's
+    condition names the first one withheld and why, in the words of its hold, counts the
+    others, and drops them once they no longer wait. Its threshold is a second here, and
+    E7's rewordings are prompt, so that the test waits for the state, not for them."""
+    monkeypatch.setattr(decide, "NAME_HELD_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(instances, "HOLD_REWORD_AFTER", timedelta(seconds=1))
+    monkeypatch.setattr(instances, "HOLD_ROUTINE_REWORD_AFTER", timedelta(seconds=1))
+    env = tight
+    env.apply(opted())
+    env.kubectl(
+        "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
+    )
+    assert engine_message(env) == "1 of 1 instances ready"
+
+    def scaled(n: int) -> JSON:
+        svc = opted()
+        svc["spec"]["engine"].update(minReplicas=n, maxReplicas=n)
+        return svc
+
+    def slice_of(index: int) -> str:
+        (found,) = eventually(
+            lambda: [
+                s["metadata"]["name"]
+                for s in env.slices()
+                if s["metadata"]["labels"]["ome.io/instance-index"] == str(index)
+            ],
+            timeout=30,
+        )
+        return str(found)
+
+    env.apply(scaled(3))
+    waits = "is waiting for partition assignment"
+    three = (
+        f"1 of 3 instances ready; instance 1 is withheld until its capacity is ready: "
+        f"slice {slice_of(1)} {waits}; 1 more instance is withheld"
+    )
+    eventually(lambda: engine_message(env) == three, timeout=60)
+    env.apply(scaled(2))
+    two = (
+        f"1 of 2 instances ready; instance 1 is withheld until its capacity is ready: "
+        f"slice {slice_of(1)} {waits}"
+    )
+    eventually(lambda: engine_message(env) == two, timeout=60)
+    env.apply(scaled(1))
+    eventually(lambda: engine_message(env) == "1 of 1 instances ready", timeout=60)
 
 
 def test_an_invalid_demand_is_withheld_with_an_event(env: Env) -> None:

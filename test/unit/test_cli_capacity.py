@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ome.cli import capacity
-from ome.controllers.inferencereplica.instances import hold_failure_message
+from ome.controllers.holds import hold_failure_message
 from ome.kube import rfc3339
 from ome.tpuslice import config
 from ome.tpuslice.types import GUIDE_CONFIG_JSON

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ome.cli import instance, slices
 from ome.cli.render import cut, human_duration
-from ome.controllers.inferencereplica.instances import hold_failure_message, hold_reason
+from ome.controllers.holds import hold_failure_message, hold_reason
 from ome.controllers.slices import messages
 from ome.kube import rfc3339
 from ome.tpuslice import config

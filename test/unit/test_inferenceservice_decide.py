@@ -130,7 +130,9 @@ def test_a_service_that_cannot_be_served_stops_with_its_ready_condition_alone(
 ) -> None:
     plan = plan_service(obs)
     assert plan == ServicePlan(stop=WantedCondition("Ready", False, reason, message))
-    assert service_conditions(obs, plan, []) == [WantedCondition("Ready", False, reason, message)]
+    assert service_conditions(obs, plan, [], NOW) == [
+        WantedCondition("Ready", False, reason, message)
+    ]
 
 
 def test_a_service_with_no_components_deletes_no_replica() -> None:
@@ -246,7 +248,7 @@ def test_each_component_reports_its_ready_instances_and_why_it_is_not_ready() ->
     )
     plan = plan_service(obs)
     refused = "failed to reconcile component qwen3-tpu-decoder: denied"
-    assert service_conditions(obs, plan, [Applied(), Applied(), Applied()]) == [
+    assert service_conditions(obs, plan, [Applied(), Applied(), Applied()], NOW) == [
         WantedCondition("EngineReady", True, "ComponentReady", "2 of 2 instances ready"),
         WantedCondition("DecoderReady", False, "ComponentNotReady", "1 of 1 instances ready"),
         WantedCondition(
@@ -257,7 +259,7 @@ def test_each_component_reports_its_ready_instances_and_why_it_is_not_ready() ->
         ),
         WantedCondition("Ready", False, "ComponentsNotReady", "some components are not ready"),
     ]
-    assert service_conditions(obs, plan, [Applied(), Applied(refused=refused), Applied()])[
+    assert service_conditions(obs, plan, [Applied(), Applied(refused=refused), Applied()], NOW)[
         1
     ] == WantedCondition("DecoderReady", False, "ComponentReconcileError", refused)
 
@@ -267,7 +269,7 @@ def test_a_service_whose_components_are_all_ready_is_ready() -> None:
     [first] = plan_service(observe(isvc)).components
     assert first.create is not None
     obs = observe(isvc, {"engine": replica("engine", first.create["spec"], ready=1)})
-    conditions = service_conditions(obs, plan_service(obs), [Applied()])
+    conditions = service_conditions(obs, plan_service(obs), [Applied()], NOW)
     assert ready_of(conditions) == WantedCondition(
         "Ready", True, "AllComponentsReady", "all components are ready"
     )
@@ -291,7 +293,7 @@ def test_a_stopped_service_keeps_no_component_condition_and_the_rest_of_its_stat
         ],
     }
     obs = observe(isvc)
-    status = service_status(isvc, service_conditions(obs, plan_service(obs), []), NOW)
+    status = service_status(isvc, service_conditions(obs, plan_service(obs), [], NOW), NOW)
     assert status is not None
     assert status["url"] == "http://x"
     assert [c["type"] for c in status["conditions"]] == ["Ready"]
@@ -326,7 +328,7 @@ def test_a_service_is_ready_exactly_when_every_component_is(
         data.draw(st.sampled_from([Applied(), Applied(refused="no"), Applied(stale=True)]))
         for _ in plan.components
     ]
-    conditions = service_conditions(obs, plan, applied)
+    conditions = service_conditions(obs, plan, applied, NOW)
     assert [c.type for c in conditions[:-1]] == [
         f"{c.capitalize()}Ready" for c in ("engine", "decoder", "router") if c in components
     ]

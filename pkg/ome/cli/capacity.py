@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ome.controllers.inferencereplica.instances import hold_reason
+from ome.controllers.holds import hold_reason
 from ome.controllers.slices import messages
 from ome.controllers.slices.model import Pod, Replica
 from ome.controllers.slices.validation import validate

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ome.api.v1beta1 import LABEL_INFERENCE_SERVICE
-from ome.controllers.inferencereplica.instances import hold_reason
+from ome.controllers.holds import hold_reason
 from ome.controllers.slices import messages, readiness, releases
 from ome.controllers.slices.model import Pod, Replica, wanted_slots
 from ome.controllers.slices.validation import Verdict, validate

@@ -1,6 +1,9 @@
 """What an Instance waits on before it gets its pods (E7, E8), as values shared by the
 InferenceReplica controller, which settles its plan with them, and by the gates that give
-them (the slices' gate pass, a rebuild backoff). Pure: plain values, no I/O.
+them (the slices' gate pass, a rebuild backoff); and the record a hold leaves in the
+Instance's row (``hold_failure_message``), read back by whoever explains the wait
+(``hold_reason``: the InferenceService's conditions, ``kubectl ome``). Pure: plain values,
+no I/O.
 """
 
 from __future__ import annotations
@@ -46,3 +49,25 @@ class Gated:
 
 #: (replica, {instance index: the pods it is about to get}) -> what may go ahead, and how.
 GateFunc = Callable[[JSON, Mapping[int, list[JSON]]], Gated]
+
+
+#: E7: what comes between a held operation's token and its reason in its ``lastFailure``.
+_HELD = ": pod {pod} is withheld until its capacity is ready: "
+
+
+def hold_failure_message(token: str, pod: str, reason: str) -> str:
+    """E7: the ``lastFailure.message`` of a held operation: ``<token>: pod <pod> is withheld
+    until its capacity is ready: <reason>``."""
+    return f"{token}{_HELD.format(pod=pod)}{reason}"
+
+
+def hold_reason(failure: object) -> str | None:
+    """The hold's own reason (what ``hold_failure_message`` was given) from a stored
+    ``lastFailure``, or None when the failure is not a hold's record."""
+    if not isinstance(failure, dict):
+        return None
+    token, pod, message = failure.get("reason"), failure.get("podName"), failure.get("message")
+    if not (isinstance(token, str) and isinstance(pod, str) and isinstance(message, str)):
+        return None
+    prefix = f"{token}{_HELD.format(pod=pod)}"
+    return message[len(prefix) :] if message.startswith(prefix) else None

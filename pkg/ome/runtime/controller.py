@@ -4,7 +4,8 @@ rate-limited workqueue, and N workers call ``reconcile(key)`` for them.
 A reconcile returns a ``Result`` or raises. An error requeues the key with rate limiting,
 ``requeue_after`` schedules it, success forgets its failures. A worker never dies: an API
 error is logged in one line, any other exception (a bug) with its traceback; both are
-counted and retried. It knows nothing of TPUs.
+counted and retried. ``look_after`` is a timer that queues its key only if a look, once it
+is due, says so. It knows nothing of TPUs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from ome.kube import JSON
 from .client import NotLeadingError, api_error, describe_error, tracing_on
 from .informer import DeletedFinalStateUnknown, EventHandler, Informer, deleted_object, object_key
 from .logs import reconcile_context
-from .workqueue import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, RateLimitingQueue
+from .workqueue import (
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    DelayingQueue,
+    RateLimitingQueue,
+)
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("ome.runtime.controller")
@@ -48,6 +55,9 @@ Changed = Callable[[JSON, JSON], bool]
 #: The workqueue priority of an event: (old, new) for an update, (None, obj) for an add and
 #: (obj, None) for a delete (controller-runtime's handlers that raise an item's priority).
 Prioritize = Callable[[JSON | None, JSON | None], int]
+#: A look at a key some time after ``Controller.look_after`` asked for it: the seconds until
+#: the key is due a pass (0 or less: now, and it is queued), or None (no pass is due).
+Look = Callable[[str], float | None]
 
 
 def gone_high(_old: JSON | None, new: JSON | None) -> int:
@@ -145,6 +155,7 @@ class Controller:
         workers: int = 1,
         queue: RateLimitingQueue | None = None,
         metrics: ControllerMetrics | None = None,
+        look: Look | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a controller needs at least one worker")
@@ -153,6 +164,10 @@ class Controller:
         self.workers = workers
         self.queue = queue if queue is not None else RateLimitingQueue(name=name)
         self.metrics = metrics or default_metrics()
+        self.look = look
+        #: the keys ``look`` is to see later (``look_after``), by one thread of their own; an
+        #: unnamed queue, which records no metrics
+        self._looks = DelayingQueue()
         self._threads: list[threading.Thread] = []
         # Every series starts at zero, as controller-runtime's do; each pass counts in its
         # own (looked up once here, not twice per reconcile).
@@ -164,6 +179,15 @@ class Controller:
 
     def enqueue(self, key: str, priority: int = PRIORITY_NORMAL) -> None:
         self.queue.add(key, priority)
+
+    def look_after(self, key: str, delay: float) -> None:
+        """Have ``look`` see ``key`` once ``delay`` seconds have passed (a key asked for twice
+        is seen at the earlier time), and queue the key then only if ``look`` says it is due
+        a pass. A timer on a state that may be gone by then: unlike ``queue.add_after``, one
+        whose state went costs no reconcile."""
+        if self.look is None:
+            raise ValueError(f"controller {self.name} has no look")
+        self._looks.add_after(key, delay)
 
     def watch(
         self,
@@ -220,6 +244,10 @@ class Controller:
             t = threading.Thread(target=self._work, name=f"{self.name}-worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        if self.look is not None:
+            t = threading.Thread(target=self._watch_looks, name=f"{self.name}-looks", daemon=True)
+            t.start()
+            self._threads.append(t)
 
     def stop(self, timeout: float = 30.0, drain: bool = True) -> bool:
         """Stop taking keys and wait for in-flight reconciles; True if they finished. With
@@ -232,6 +260,7 @@ class Controller:
             drained = True
         else:
             drained = self.queue.shut_down_with_drain(timeout)
+        self._looks.shut_down_and_drop()  # the queue takes no more keys: nor do the looks
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()
@@ -246,6 +275,28 @@ class Controller:
                 self._reconcile_one(str(key))
             finally:
                 self.queue.done(key)
+
+    def _watch_looks(self) -> None:
+        """Each key ``look_after`` asked for, once due: queued if ``look`` says it is due a
+        pass, looked at again later if it says when; a look that raises (a bug) is logged
+        with its traceback and asks for nothing."""
+        look = self.look
+        assert look is not None
+        while True:
+            key = self._looks.get()
+            if key is None:
+                return
+            try:
+                due = look(str(key))
+            except Exception:
+                log.exception("%s: look at %s failed", self.name, key)
+                due = None
+            finally:
+                self._looks.done(key)
+            if due is not None and due <= 0:
+                self.queue.add(key)
+            elif due is not None:
+                self._looks.add_after(key, due)
 
     def _reconcile_one(self, key: str) -> None:
         start = time.monotonic()

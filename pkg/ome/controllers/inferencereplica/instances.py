@@ -30,7 +30,7 @@ from ome.api.v1beta1 import (
     MAX_WORKERS,
     controller_reference,
 )
-from ome.controllers.holds import HELD_LOOK_AGAIN, Hold
+from ome.controllers.holds import HELD_LOOK_AGAIN, Hold, hold_failure_message, hold_reason
 from ome.durations import parse_go_duration
 from ome.kube import JSON, json_copy, parse_time, rfc3339
 
@@ -699,27 +699,6 @@ def suspects(obs: Observed) -> list[str]:
             if name not in names and name not in obs.expected_new:
                 out.append(name)
     return sorted(out)
-
-
-_HELD = ": pod {pod} is withheld until its capacity is ready: "
-
-
-def hold_failure_message(token: str, pod: str, reason: str) -> str:
-    """E7: the ``lastFailure.message`` of a held operation: ``<token>: pod <pod> is withheld
-    until its capacity is ready: <reason>``."""
-    return f"{token}{_HELD.format(pod=pod)}{reason}"
-
-
-def hold_reason(failure: object) -> str | None:
-    """The hold's own reason (what ``hold_failure_message`` was given) from a stored
-    ``lastFailure``, or None when the failure is not a hold's record."""
-    if not isinstance(failure, dict):
-        return None
-    token, pod, message = failure.get("reason"), failure.get("podName"), failure.get("message")
-    if not (isinstance(token, str) and isinstance(pod, str) and isinstance(message, str)):
-        return None
-    prefix = f"{token}{_HELD.format(pod=pod)}"
-    return message[len(prefix) :] if message.startswith(prefix) else None
 
 
 #: E7: how long a hold's record stands before another wording of the same hold replaces it.

@@ -27,6 +27,8 @@ from .decide import (
     ServiceObservation,
     ServicePlan,
     engine_config,
+    named_holds,
+    naming_due,
     plan_service,
     removal_confirmed,
     resolve,
@@ -68,11 +70,14 @@ class InferenceServiceReconciler:
         #: replica creates the cache does not show yet, per service key: a pass before the
         #: replica informer catches up must not create the replica again
         self._creating = Expectations()
+        self._controller: Controller | None = None
 
     def controller(self, workers: int = 2) -> Controller:
-        c = Controller("inferenceservice", self.reconcile, workers=workers)
+        c = self._controller = Controller(
+            "inferenceservice", self.reconcile, workers=workers, look=self.look
+        )
         c.watch(self.services)
-        c.watch(self.replicas, keys=_owner_keys, changed=replica_news)
+        c.watch(self.replicas, keys=_owner_keys, changed=self.replica_changed)
         # A runtime or model appearing or changing can unblock any service that names it.
         everything = lambda _obj: [  # noqa: E731
             f"{s['metadata']['namespace']}/{s['metadata']['name']}"
@@ -88,13 +93,47 @@ class InferenceServiceReconciler:
             return None
         plan = plan_service(obs)
         applied = self._act(obs, plan)
-        conditions = service_conditions(obs, plan, applied)
-        self._write_status(obs.service, service_status(obs.service, conditions, self.clock()))
+        now = self.clock()
+        conditions = service_conditions(obs, plan, applied, now)
+        self._write_status(obs.service, service_status(obs.service, conditions, now))
+        self._look_after(key, naming_due(obs.replicas.values(), now))
         if any(a.stale for a in applied):
             # The replica moved on since the cache's copy, in a change that may not wake us
             # (its rows: ``replica_news``): the update is tried again on the newer copy.
             return Result(requeue=True)
         return None
+
+    # -- held Instances (M7) -------------------------------------------------------------
+
+    def replica_changed(self, old: JSON, new: JSON) -> bool:
+        """Whether a replica's update is news to its service: what ``replica_news`` compares,
+        or the Instances its conditions name (a named hold reworded, or ended: its pods are
+        created). A hold on its way to being named is no news yet: its service is looked at
+        once it is due (``look``), and costs no pass if it ends before."""
+        if replica_news(old, new):
+            return True
+        now = self.clock()
+        holds = named_holds(new, now)
+        if named_holds(old, now).named != holds.named:
+            return True
+        if holds.due is not None:
+            for key in _owner_keys(new):
+                self._look_after(key, holds.due)
+        return False
+
+    def look(self, key: str) -> float | None:
+        """The service ``key`` once an Instance of its replicas was due to be named: due a
+        pass now if one is named (M7), else looked at again when the next one is due."""
+        isvc = self.services.peek(key)
+        if isvc is None or isvc["metadata"].get("deletionTimestamp"):
+            return None
+        name = isvc["metadata"]["name"]
+        replicas = [r for c in COMPONENTS if (r := self._replica(isvc, f"{name}-{c}")) is not None]
+        return naming_due(replicas, self.clock(), named=True)
+
+    def _look_after(self, key: str, due: float | None) -> None:
+        if due is not None and self._controller is not None:
+            self._controller.look_after(key, due)
 
     # -- observing -----------------------------------------------------------------------
 

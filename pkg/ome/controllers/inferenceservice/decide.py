@@ -6,13 +6,14 @@ Pure: no I/O, no client and no clock (the time is given); the controller acts on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ome.api.v1beta1 import DEPLOYMENT_MODE_OMENATIVE, FINALIZER_IR_TEARDOWN, controller_reference
 from ome.controllers.conditions import WantedCondition, set_conditions
-from ome.kube import JSON, json_copy
+from ome.controllers.holds import hold_reason
+from ome.kube import JSON, json_copy, parse_time
 
 from .project import COMPONENTS, SpecError, merge_component, replica_spec
 
@@ -211,12 +212,94 @@ def clamp_replicas(current: object, component: JSON) -> int:
     return value
 
 
+#: M7: how long an Instance's operation has been held before its component's condition names
+#: it, from the operation's ``startedAt`` (which every rewording of the hold keeps; the record's
+#: ``time`` restarts with each). Every new Instance on a provision-only pool is held while its
+#: Slice is provisioned: seconds, and at 2,000 services created at once up to the ~46 s it
+#: takes them all to be Ready (docs/performance.md). Named at once, each such routine hold
+#: would cost its service two status writes more (named, then dropped) and a pass per
+#: rewording; a minute is past that, and a hold that lasts it is one a user wants explained.
+#: Read at call time (tests set it smaller).
+NAME_HELD_AFTER = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class NamedHolds:
+    """M7: of a replica's Instances, those held long enough to be named, as (index, the hold's
+    own reason) by index, and ``due``: the seconds until another one is, by time alone (the
+    earliest held one not named yet; None when there is none)."""
+
+    named: tuple[tuple[int, str], ...] = ()
+    due: float | None = None
+
+
+def named_holds(replica: JSON | None, now: datetime) -> NamedHolds:
+    """M7: the Instances of ``replica`` (its rows) whose operation waits on a hold (E7) that
+    it records as its ``lastFailure``, named once the operation has been held
+    ``NAME_HELD_AFTER`` since it started; an operation whose start is unreadable is named at
+    once. The replica is only read."""
+    rows = ((replica or {}).get("status") or {}).get("instanceStatuses") or []
+    named: list[tuple[int, str]] = []
+    due: float | None = None
+    after = NAME_HELD_AFTER
+    for row in rows:
+        op = row.get("operation") or {}
+        token = op.get("waiting")
+        failure = row.get("lastFailure")
+        if not token or not isinstance(failure, dict) or failure.get("reason") != token:
+            continue
+        reason = hold_reason(failure)
+        if reason is None:
+            continue
+        index = row.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            continue
+        started = parse_time(op.get("startedAt"))
+        left = None if started is None else (started + after - now).total_seconds()
+        if left is None or left <= 0:
+            named.append((index, reason))
+        elif due is None or left < due:
+            due = left
+    return NamedHolds(tuple(sorted(named)), due)
+
+
+def naming_due(replicas: Iterable[JSON], now: datetime, named: bool = False) -> float | None:
+    """M7: the seconds until the conditions of the service that owns ``replicas`` change by
+    time alone, an Instance held long enough to be named (None: none is on its way). With
+    ``named``, 0 when an Instance is named already: a look whose time has come, which cannot
+    tell whether the service's conditions name it yet, so the service's pass decides."""
+    holds = [named_holds(r, now) for r in replicas]
+    if named and any(h.named for h in holds):
+        return 0.0
+    return min((h.due for h in holds if h.due is not None), default=None)
+
+
+def component_message(ready: int, desired: int, named: Sequence[tuple[int, str]]) -> str:
+    """M7: a ``<Component>Ready`` condition's message: ``<ready> of <desired> instances
+    ready``, then, with Instances named (``named_holds``), the first of them (the lowest
+    index) and its hold's reason, and how many more are named: ``; instance <i> is withheld
+    until its capacity is ready: <reason>[; 1 more instance is withheld | ; <n> more
+    instances are withheld]``. The one place these words are."""
+    message = f"{ready} of {desired} instances ready"
+    if not named:
+        return message
+    index, reason = min(named)
+    message += f"; instance {index} is withheld until its capacity is ready: {reason}"
+    more = len(named) - 1
+    if more == 1:
+        message += "; 1 more instance is withheld"
+    elif more > 1:
+        message += f"; {more} more instances are withheld"
+    return message
+
+
 def service_conditions(
-    obs: ServiceObservation, plan: ServicePlan, applied: Sequence[Applied]
+    obs: ServiceObservation, plan: ServicePlan, applied: Sequence[Applied], now: datetime
 ) -> list[WantedCondition]:
     """``<Component>Ready`` for each component (``applied``: how its write went, in the
     plan's order), then ``Ready``: a component is ready when its replica has as many ready
-    instances as it is to have, all at its update revision."""
+    instances as it is to have, all at its update revision. A component's message names its
+    Instances held long enough by ``now`` (M7)."""
     if plan.stop is not None:
         return [plan.stop]
     out: list[WantedCondition] = []
@@ -237,7 +320,8 @@ def service_conditions(
             and status.get("updateRevision") == status.get("currentRevision")
         )
         reason = "ComponentReady" if ok else "ComponentNotReady"
-        out.append(WantedCondition(ctype, ok, reason, f"{ready} of {c.desired} instances ready"))
+        message = component_message(ready, c.desired, named_holds(replica, now).named)
+        out.append(WantedCondition(ctype, ok, reason, message))
     all_ready = all(c.ok for c in out)
     out.append(
         WantedCondition(
