@@ -328,6 +328,33 @@ def test_a_killed_pod_rebuilds_its_instance(env: Env) -> None:
     assert new["metadata"]["uid"] != pod["metadata"]["uid"]
 
 
+def test_a_replica_made_anew_gets_its_pod_once_its_predecessors_pod_is_gone(env: Env) -> None:
+    """A replica removed by force (deleted, its finalizer stripped) while its pod is held
+    terminating (a finalizer, as a long grace period): its service makes a new one at once,
+    whose pod's name the old pod still holds. The create is refused (AlreadyExists) by a pod
+    that is not the new replica's; once that pod is gone, the new replica creates its own
+    within seconds (not after its expectations time out)."""
+    env.apply(isvc())
+    eventually(env.ready, timeout=60)
+    name = "qwen3-tpu-engine-0-default-0"
+    old = env.rest.patch(PODS, name, {"metadata": {"finalizers": ["example.com/drain"]}}, NS)
+    replica = env.replica()
+    env.rest.delete(INFERENCE_REPLICAS, "qwen3-tpu-engine", NS)
+    env.rest.patch(INFERENCE_REPLICAS, "qwen3-tpu-engine", {"metadata": {"finalizers": None}}, NS)
+    anew = eventually(
+        lambda: (r := env.rows()) and env.replica()["metadata"]["uid"] != replica["metadata"]["uid"]
+    )
+    assert anew
+    # The new replica has tried its pod: refused while the old one terminates.
+    eventually(lambda: env.rest.get(PODS, name, NS)["metadata"].get("deletionTimestamp"))
+    eventually(lambda: (r := env.rows()) and r[0].get("podCount") == 1, timeout=30)
+    env.rest.patch(PODS, name, {"metadata": {"finalizers": None}}, NS)
+    eventually(env.ready, timeout=30)
+    new = env.rest.get(PODS, name, NS)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert new["metadata"]["ownerReferences"][0]["uid"] == env.replica()["metadata"]["uid"]
+
+
 def test_a_pod_that_loses_and_regains_readiness_leaves_its_instance_ready(env: Env) -> None:
     env.apply(isvc())
     eventually(env.ready, timeout=60)

@@ -319,8 +319,7 @@ class InferenceReplicaReconciler:
             created = self.client.create(PODS, pod, ns)
         except ApiException as e:
             if e.status == 409:
-                self.expectations.created(key, name, "")  # already there (the cache lags)
-                return True
+                return self._name_taken(key, replica, name)
             self.expectations.create_failed(key, name)
             if namespace_terminating(e):
                 # The namespace is being deleted, this replica with it: nothing to report.
@@ -345,6 +344,29 @@ class InferenceReplicaReconciler:
             return False
         self.expectations.created(key, name, str(created["metadata"].get("uid", "")))
         return True
+
+    def _name_taken(self, key: str, replica: JSON, name: str) -> bool:
+        """A pod create refused because the name is taken (AlreadyExists): by this replica's
+        own pod, which the cache does not show yet, then expected like a create; or by
+        another's, such as a pod of an earlier replica of the same name still terminating
+        after that replica was removed by force, which this replica's cache never shows as
+        its own (``_observe``). Then nothing is expected, and False: the pass is tried again,
+        and that pod's going (the same replica label) wakes it, to create its own."""
+        ns = replica["metadata"]["namespace"]
+        try:
+            live = self.client.live_get_or_none(PODS, name, ns)
+        except Exception as e:
+            self.expectations.create_failed(key, name)
+            if not api_error(e):
+                raise
+            log.error("reading pod %s/%s failed: %s", ns, name, describe_error(e))
+            return False
+        if live is not None and _owned_by(live, str(replica["metadata"].get("uid", ""))):
+            self.expectations.created(key, name, str(live["metadata"].get("uid", "")))
+            return True
+        self.expectations.create_failed(key, name)
+        log.debug("pod %s/%s waits for another owner's pod of its name to go", ns, name)
+        return False
 
     def _delete_pod(self, key: str, namespace: str, name: str, uid: str) -> bool:
         """Delete a pod under its UID, expected until the cache shows it going. False when the
