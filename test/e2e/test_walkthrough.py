@@ -362,6 +362,50 @@ def test_pods_wait_for_a_slice_shown_by_kubectl_ome(trouble: Shell) -> None:
     eventually(lambda: ready in [line.strip() for line in trouble.lines(DESCRIBE)], timeout=60)
 
 
+def test_an_orphaned_slice_is_released_by_ome(trouble: Shell) -> None:
+    """G6: the replica's finalizer removed by force while its teardown waits for the pod: the
+    Slice outlives the replica, is kept while the old pod is on it, then released by OME
+    itself, as the log says; the service runs again on a new replica."""
+    name = trouble.set(SLICE)
+    pod = "kubectl patch pod qwen3-tpu-engine-0-default-0 -n qwen3-tpu --type merge -p "
+    trouble(pod + '\'{"metadata":{"finalizers":["example.com/drain"]}}\'')
+    uid = trouble.run(
+        "kubectl get inferencereplica qwen3-tpu-engine -n qwen3-tpu -o jsonpath='{.metadata.uid}'"
+    ).stdout
+    trouble("kubectl delete inferencereplica qwen3-tpu-engine -n qwen3-tpu --wait=false")
+    trouble(
+        "kubectl patch inferencereplica qwen3-tpu-engine -n qwen3-tpu --type merge -p "
+        '\'{"metadata":{"finalizers":null}}\''
+    )
+    shown = trouble.lines("kubectl get slices.accelerator.gke.io $SLICE -L ome.io/slice-owner-uid")
+    assert shown[1].split()[0] == name and shown[1].split()[-1] == uid, shown
+    kept = (
+        f"orphaned TPU slice {name} (no InferenceReplica has its owner UID {uid}) is kept while "
+        f"pods qwen3-tpu/qwen3-tpu-engine-0-default-0 run on it; it is released once they are "
+        "gone"
+    )
+    log = trouble.environment.manager_log_text
+    if log() is not None:
+        eventually(lambda: kept in (log() or ""), timeout=60)
+    assert not trouble.run(f"kubectl get slices.accelerator.gke.io {name} -o name").returncode
+    trouble(pod + '\'{"metadata":{"finalizers":null}}\'')
+    trouble("kubectl wait --for=delete slices.accelerator.gke.io/$SLICE --timeout=2m")
+    trouble(WAIT)
+    released = (
+        f"released orphaned TPU slice {name}: no InferenceReplica has its owner UID {uid} (its "
+        "owner was qwen3-tpu/qwen3-tpu-engine)"
+    )
+    text = log()
+    if text is not None:
+        assert released in text
+        for line in (kept, released):
+            page = TROUBLESHOOTING.line(line[: line.index(name)])
+            assert page == line.replace(name.rsplit("-", 1)[1], "8f3a21c7").replace(
+                uid, "6a1f2b3c-0000-4000-8000-000000000001"
+            ), page
+    assert name not in trouble(OWNED).stdout
+
+
 def test_clean_up_leaves_no_slice(walk: Shell) -> None:
     walk("kubectl delete inferenceservice qwen3-tpu -n qwen3-tpu")
     walk("kubectl delete namespace qwen3-tpu")
