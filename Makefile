@@ -118,8 +118,9 @@ stress: setup
 	$(BIN)/python -m pytest test/stress
 
 # The scenarios that take minutes of real time (test/long): the manager's watches answering
-# 410 for a minute and dropped for two, and teardowns deferred for three and five minutes
-# (about 11 minutes on two cores; each prints what it measured). CI runs it after `make test`.
+# 410 for a minute and dropped for two, teardowns deferred for three and five minutes, and a
+# minute of chip time (about 12 minutes on two cores; each prints what it measured). CI runs
+# it after `make test`.
 long: setup
 	$(BIN)/python -m pytest -rP test/long
 
