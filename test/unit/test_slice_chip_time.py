@@ -11,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from ome.controllers.slices.chiptime import ChipTime, Held, Phase, chips_of, held, phase_of
+from ome.controllers.slices.chiptime import (
+    REOBSERVE_AFTER,
+    ChipTime,
+    Held,
+    Phase,
+    chips_of,
+    held,
+    phase_of,
+)
 from ome.controllers.slices.metrics import SliceGauge
 from ome.tpuslice.slices import SliceInfo
 
@@ -173,6 +181,23 @@ def test_a_slice_counts_from_the_event_that_shows_it_to_the_one_that_shows_it_go
     chip_time.touch(["a"])
     world.now += 1000
     assert seconds(registry, Phase.PROVISIONING) == 4 * 20
+
+
+def test_a_collect_adds_time_to_the_phases_the_events_keep_and_reobserves_every_minute() -> None:
+    """A scrape does not observe every Slice again (the events keep each phase current), so
+    a change no event announced is counted in its old phase until the next collect after
+    ``REOBSERVE_AFTER``, which observes them all: the net for a missed event."""
+    world = World(slices={"a": seen(Phase.PROVISIONING)})
+    registry = scrape(world.chip_time())
+    registry.get_sample_value(SECONDS, {})  # accounting starts at 1000, everything observed
+    world.slices["a"] = seen(Phase.SERVING)  # no event says so
+    world.now += 10
+    assert seconds(registry, Phase.PROVISIONING) == 4 * 10
+    assert seconds(registry, Phase.SERVING) is None
+    world.now = 1000 + REOBSERVE_AFTER  # this collect observes it again
+    assert seconds(registry, Phase.PROVISIONING) == 4 * REOBSERVE_AFTER
+    world.now += 5
+    assert seconds(registry, Phase.SERVING) == 4 * 5
 
 
 def test_every_configured_shape_and_phase_starts_at_zero_and_idle_chips_at_zero() -> None:

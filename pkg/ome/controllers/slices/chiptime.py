@@ -4,6 +4,7 @@ time, never decides anything, and never calls the API (it reads the caches)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -48,8 +49,11 @@ def phase_of(s: SliceInfo, owned: bool, running: bool, ready_states: tuple[str, 
     return Phase.SERVING if running else Phase.IDLE
 
 
+@functools.lru_cache(maxsize=1024)
 def chips_of(topology: str) -> int:
-    """B1: the chips of a Slice's topology; 0 when it does not parse (nothing to count)."""
+    """B1: the chips of a Slice's topology; 0 when it does not parse (nothing to count).
+    Cached: a pool has a handful of topologies, and parsing one was half of a collect's
+    CPU at 2,000 Slices."""
     try:
         return parse_topology(topology).chips
     except ShapeError:
@@ -80,6 +84,11 @@ def held(s: SliceInfo, owned: bool, running: bool, ready_states: tuple[str, ...]
     )
 
 
+#: How often a collect observes every Slice anew, rather than only adding the time since the
+#: last accounting to the phases the events keep current.
+REOBSERVE_AFTER = 60.0
+
+
 class ChipTime:
     """The collector of ``ome_tpu_slice_chip_seconds_total{slice_type,topology,phase}`` (K6)
     and ``ome_tpu_slice_idle_chips{slice_type,topology}`` (K7), reported by the leader only.
@@ -91,6 +100,11 @@ class ChipTime:
     depends on), so a phase's time is right to the event, however rarely Prometheus scrapes.
     Written by hand: prometheus_client's counters count what a caller adds, and none
     integrates a changing quantity over time.
+
+    A collect adds the time each held Slice has run in its phase since it was last
+    accounted, without observing it again: the events keep ``_held`` current. Every
+    ``REOBSERVE_AFTER`` seconds a collect observes every Slice anew, a net for an event
+    missed; observing all of them on every scrape cost about 20 ms at 2,000 Slices.
 
     Invariants, under ``_lock`` (collects and informer threads overlap; the lock is taken
     before any informer's, never while one is held, so they cannot deadlock):
@@ -116,6 +130,8 @@ class ChipTime:
         self._shapes = tuple(shapes)
         self._lock = threading.Lock()
         self._accounting = False
+        #: when every Slice was last observed (a collect's net for a missed event)
+        self._observed_all = 0.0
         self._held: dict[str, tuple[Held, float]] = {}
         self._totals: dict[tuple[str, str, Phase], float] = {
             (t, topo, p): 0.0 for t, topo in self._shapes for p in Phase
@@ -130,8 +146,10 @@ class ChipTime:
         key = (h.slice_type, h.topology, h.phase)
         self._totals[key] = self._totals.get(key, 0.0) + h.chips * max(0.0, now - since)
 
-    def _account_all_locked(self) -> bool:
-        """Account every Slice now; False (and nothing held) when this replica does not lead."""
+    def _account_all_locked(self, reobserve: bool = True) -> bool:
+        """Account every Slice now, observing each anew unless ``reobserve`` is false and
+        the last time they all were is less than ``REOBSERVE_AFTER`` ago; False (and
+        nothing held) when this replica does not lead."""
         if not self._leading():
             self._accounting = False
             self._held.clear()
@@ -140,10 +158,14 @@ class ChipTime:
         if self._accounting:
             for h, since in self._held.values():
                 self._add(h, since, now)
+        if self._accounting and not reobserve and now - self._observed_all < REOBSERVE_AFTER:
+            self._held = {name: (h, now) for name, (h, _) in self._held.items()}
+            return True
         self._held.clear()
         for name, h in self._observe_all().items():
             self._hold(name, h, now)
         self._accounting = True
+        self._observed_all = now
         return True
 
     def touch(self, names: Iterable[str]) -> None:
@@ -173,7 +195,7 @@ class ChipTime:
             labels=list(LABELS),
         )
         with self._lock:
-            if self._account_all_locked():
+            if self._account_all_locked(reobserve=False):
                 for (slice_type, topology, phase), total in sorted(self._totals.items()):
                     seconds.add_metric([slice_type, topology, phase.value], total)
                 chips = dict.fromkeys(self._shapes, 0)
