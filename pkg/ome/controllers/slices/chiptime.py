@@ -250,18 +250,36 @@ class CacheChipTime(ChipTime):
         pods.add_indexer(BY_SLICE, index)
         shapes = [(a.slice_type, t) for a in config.accelerators.values() for t in a.topologies]
         super().__init__(self._held_at, self._held_all, leading, shapes, clock)
+
+        def slice_update(old: JSON, new: JSON) -> None:
+            if self._reads(old) != self._reads(new):
+                self.touch([_name(new)])
+
+        def pod_update(old: JSON, new: JSON) -> None:
+            was, now = index(old), index(new)
+            if was != now or _running(old) != _running(new):
+                self.touch({*was, *now})
+
+        def pod_change(pod: JSON) -> None:
+            names = index(pod)
+            if names:
+                self.touch(names)
+
         slices.add_handler(
             EventHandler(
                 on_add=lambda o: self.touch([_name(o)]),
-                on_update=lambda _, o: self.touch([_name(o)]),
+                on_update=slice_update,
                 on_delete=lambda o: self.touch([_name(o)]),
             )
         )
+        # Only a pod of OME confined to a Slice, and of it only where it is confined and
+        # whether it runs, changes a phase: other updates (its readiness, a status write) and
+        # every other pod touch nothing.
         pods.add_handler(
             EventHandler(
-                on_add=lambda o: self.touch(index(o)),
-                on_update=lambda _, o: self.touch(index(o)),
-                on_delete=lambda o: self.touch(index(deleted_object(o))),
+                on_add=pod_change,
+                on_update=pod_update,
+                on_delete=lambda o: pod_change(deleted_object(o)),
             )
         )
         replicas.add_handler(
@@ -270,6 +288,12 @@ class CacheChipTime(ChipTime):
                 on_delete=lambda o: self.touch(self._owned_by(deleted_object(o))),
             )
         )
+
+    def _reads(self, obj: JSON) -> tuple[object, ...]:
+        """What a Slice's phase and chips depend on (``held``), but whether it is owned and
+        run on, which the replicas' and the pods' events account."""
+        s = self._view(obj)
+        return (s.terminating, s.ready(self._ready_states), s.slice_type, s.topology, s.owner_uid)
 
     def _owned_by(self, replica: JSON) -> list[str]:
         return [
