@@ -353,18 +353,11 @@ class InferenceReplicaReconciler:
         its own (``_observe``). Then nothing is expected, and False: the pass is tried again,
         and that pod's going (the same replica label) wakes it, to create its own."""
         ns = replica["metadata"]["namespace"]
-        try:
-            live = self.client.live_get_or_none(PODS, name, ns)
-        except Exception as e:
-            self.expectations.create_failed(key, name)
-            if not api_error(e):
-                raise
-            log.error("reading pod %s/%s failed: %s", ns, name, describe_error(e))
-            return False
+        self.expectations.create_failed(key, name)  # no create of ours is in flight any more
+        live = self.client.live_get_or_none(PODS, name, ns)  # an API error fails the pass
         if live is not None and _owned_by(live, str(replica["metadata"].get("uid", ""))):
             self.expectations.created(key, name, str(live["metadata"].get("uid", "")))
             return True
-        self.expectations.create_failed(key, name)
         log.debug("pod %s/%s waits for another owner's pod of its name to go", ns, name)
         return False
 
