@@ -395,9 +395,9 @@ def test_an_orphaned_slice_is_released_by_ome(trouble: Shell) -> None:
         f"released orphaned TPU slice {name}: no InferenceReplica has its owner UID {uid} (its "
         "owner was qwen3-tpu/qwen3-tpu-engine)"
     )
-    text = log()
-    if text is not None:
-        assert released in text
+    if log() is not None:
+        # Logged just after the manager's delete returns: the Slice may be seen gone first.
+        eventually(lambda: released in (log() or ""), timeout=10)
         for line in (kept, released):
             page = TROUBLESHOOTING.line(line[: line.index(name)])
             assert page == line.replace(name.rsplit("-", 1)[1], "8f3a21c7").replace(
