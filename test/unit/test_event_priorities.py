@@ -207,3 +207,45 @@ def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_pr
     assert routed == ["new", "gone"], "each event routed once, not once per controller"
     for controller in (main, gated):
         assert drain(controller.queue) == ["ns/owner-of-gone", "ns/owner-of-new"]
+
+
+class _Cache(_Informer):
+    """A synced fake informer that caches nothing: what the slice controller's watches and
+    their routing read of the informers they are not fed through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.synced = True
+
+    def peek_by_index(self, _index: str, _value: str) -> list[JSON]:
+        return []
+
+    def peek(self, _name: str) -> None:
+        return None
+
+
+def test_a_slice_update_that_changes_nothing_either_controller_reads_wakes_neither() -> None:
+    """The slice controller and the passes it gates read a Slice as ``gke.parse`` does:
+    an update with a new resourceVersion and a finalizer or a provider's status field added
+    queues no pass; a change of its state queues both, at once."""
+    reconcilers = routing_only()
+    for name in ("replicas", "pods", "slices", "nodes", "holders"):
+        setattr(reconcilers, name, _Cache())
+    gated = Controller("gated", lambda _key: None, queue=RateLimitingQueue())
+    main = reconcilers.controller(gated=[gated])
+    handler = reconcilers.slices.handler
+    assert handler is not None and handler.on_update
+
+    def owned(source: JSON, rv: str) -> JSON:
+        out = {**source, "metadata": {**source["metadata"], "resourceVersion": rv}}
+        out["metadata"]["annotations"] = {"ome.io/slice-owner": "ns/engine"}
+        return out
+
+    before = owned(ACTIVATING, "2")
+    unread = owned(ACTIVATING, "7")
+    unread["metadata"]["finalizers"] = ["provider.example/cleanup"]
+    unread["status"] = {**unread["status"], "observedGeneration": 3}
+    handler.on_update(before, unread)
+    assert drain(main.queue) == drain(gated.queue) == []
+    handler.on_update(unread, owned(ACTIVE, "8"))
+    assert drain(main.queue) == drain(gated.queue) == ["ns/engine"]

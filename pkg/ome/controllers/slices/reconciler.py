@@ -366,6 +366,7 @@ class SliceReconcilers:
         c.watch(
             self.slices,
             keys=self.slice_owner_keys,
+            changed=self.slice_news,
             priority=self.slice_event_priority,
             also=gated,
         )
@@ -408,6 +409,15 @@ class SliceReconcilers:
         ):
             return PRIORITY_HIGH
         return PRIORITY_NORMAL
+
+    def slice_news(self, old: JSON, new: JSON) -> bool:
+        """Whether a Slice's update is news to the slice reconcilers and the passes they
+        gate: what any of them reads of a Slice, which is all ``slice_view`` parses (E1), with
+        the resourceVersion left out. An update of a field nobody parses (a finalizer,
+        a status field of the provider's own) is not: the cache keeps the new version, which
+        the next pass reads, and a release still deletes under the version it read."""
+        was, now = self.slice_view(old), self.slice_view(new)
+        return replace(was, resource_version="") != replace(now, resource_version="")
 
     def host_event_priority(self, old: JSON | None, new: JSON | None) -> int:
         """High for a host event that can unblock or end work: the host gone, leaving its
