@@ -41,6 +41,24 @@ def test_a_version_is_parsed_once_and_a_new_version_again() -> None:
     assert view(obj("other", "1", 7)) == (7,) and parse.calls == 3
 
 
+def test_a_view_of_the_same_version_with_other_arguments_is_parsed_anew() -> None:
+    """A view that depends on something besides the object (a demand verdict on the
+    accelerators with provision-only nodes): remembered per version and those arguments."""
+    calls: list[tuple[int, frozenset[str]]] = []
+
+    def parse(o: dict[str, Any], known: frozenset[str]) -> tuple[int, bool]:
+        calls.append((o["value"], known))
+        return (o["value"], "tpu" in known)
+
+    view = ByVersion(parse)
+    assert view(obj("u", "1", 5), frozenset()) == (5, False)
+    assert view(obj("u", "1", 5), frozenset({"tpu"})) == (5, True)
+    assert view(obj("u", "1", 5), frozenset()) == (5, False)
+    assert view(obj("u", "1", 5), frozenset({"tpu"})) == (5, True)
+    assert calls == [(5, frozenset()), (5, frozenset({"tpu"}))]
+    assert view(obj("", "", 6), frozenset()) == (6, False) and len(calls) == 3
+
+
 def test_an_object_without_uid_or_version_is_parsed_every_time() -> None:
     parse = Counting()
     view = ByVersion(parse)

@@ -41,6 +41,8 @@ class GateObservation:
     creating: frozenset[str]
     releasing: frozenset[str]
     now: datetime
+    #: ``validation.validate`` of the replica, when the caller has it already
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,9 @@ def gate_pass(obs: GateObservation) -> GatePlan:
     """Demand, then provisioning, then gating. An invalid demand withholds every Instance
     about to get pods; no demand (not opted in, a static pool) holds nothing and confines
     nothing."""
-    verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
+    verdict = obs.verdict
+    if verdict is None:
+        verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
     if verdict.error:
         holds, events = validation.withhold(verdict, obs.replica, obs.slots)
         return GatePlan(verdict, holds=holds, events=events)
@@ -114,6 +118,8 @@ class ReleaseObservation:
     pods: tuple[Pod, ...]
     nodes: Mapping[str, Host | None]
     releasing: frozenset[str]
+    #: ``validation.validate`` of the replica, when the caller has it already
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,9 @@ class ReleasePlan:
 def release_pass(obs: ReleaseObservation) -> ReleasePlan:
     """Release, then loss. A Slice whose delete is already on its way is not released again
     (the cache lags behind our delete); a deleting replica is teardown's."""
-    verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
+    verdict = obs.verdict
+    if verdict is None:
+        verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
     unwanted = releases.unwanted(obs.replica, verdict, obs.owned, obs.pods)
     suspects = (
         [] if obs.replica.deleting else losses.suspects(obs.replica, obs.pods, obs.named, obs.nodes)

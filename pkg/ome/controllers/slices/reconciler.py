@@ -51,6 +51,7 @@ from .act import SliceActor
 from .metrics import SliceMetrics
 from .model import Pod, Replica, slots_of
 from .plan import GateObservation, ReleaseObservation, gate_pass, release_pass
+from .validation import Verdict, validate
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,12 @@ class SliceReconcilers:
         #: the model's values of cached Slices and replicas, parsed once per version
         self.slice_view: ByVersion[SliceInfo] = ByVersion(gke.parse)
         self.replica_view: ByVersion[Replica] = ByVersion(Replica.from_json)
+        #: C1 and B6 of a replica, once per version of it and set of accelerators with
+        #: provision-only nodes: every gate and release pass asks (25 times per service in a
+        #: burst), and the verdict is a pure function of the two
+        self.verdict_view: ByVersion[Verdict] = ByVersion(
+            lambda raw, provision_only: validate(self.replica_view(raw), config, provision_only)
+        )
         self.actor = SliceActor(
             client, config, recorder, metrics, self.expectations, pod_expectations, clock
         )
@@ -276,16 +283,18 @@ class SliceReconcilers:
         slots = slots_of(replica, pending)
         at = self._at(replica.slice_name(s) for s in slots.values())
         creating, releasing = self._expected(replica, self._owned(replica), at)
+        provision_only = self._provision_only()
         obs = GateObservation(
             replica=replica,
             config=self.config,
             slots=slots,
-            provision_only=self._provision_only(),
+            provision_only=provision_only,
             slices=at,
             hosts={name: self._hosts(name) for name in at},
             creating=creating,
             releasing=releasing,
             now=self.clock(),
+            verdict=self.verdict_view(raw, provision_only),
         )
         outcome = self.actor.apply_gate_plan(obs, gate_pass(obs))
         selectors = {i: {self.config.slice_label: name} for i, name in outcome.confine.items()}
@@ -311,15 +320,17 @@ class SliceReconcilers:
             obj = self.nodes.peek(node)
             nodes[node] = Host.from_node(obj, self.config.slice_label) if obj else None
         _, releasing = self._expected(replica, owned, named)
+        provision_only = self._provision_only()
         obs = ReleaseObservation(
             replica=replica,
             config=self.config,
-            provision_only=self._provision_only(),
+            provision_only=provision_only,
             owned=tuple(owned.values()),
             named=named,
             pods=pods,
             nodes=nodes,
             releasing=releasing,
+            verdict=self.verdict_view(raw, provision_only),
         )
         outcome = self.actor.apply_release_plan(obs, release_pass(obs))
         if outcome.failed:
