@@ -1187,7 +1187,9 @@ def test_slice_lost_when_recreated_from_outside(env: Env) -> None:
 
 def test_a_replacement_pod_created_during_a_loss_is_never_deleted(env: Env) -> None:
     """The manager decides to delete a lost pod; before its delete lands, the pod is replaced
-    at the same name. The delete names the old UID, so the server refuses it."""
+    at the same name. The delete names the old UID, so the server refuses it. The replacement
+    is the test's, or the manager's own when its InferenceReplica pass saw the pod gone first
+    (its Slice is ready on its new hosts): either way a pod of a new UID."""
     env.apply(opted())
     env.kubectl(
         "wait", "--for=condition=Ready", "inferenceservice/qwen3-tpu", "-n", NS, "--timeout=60s"
@@ -1226,7 +1228,12 @@ def test_a_replacement_pod_created_during_a_loss_is_never_deleted(env: Env) -> N
             },
             "spec": {k: v for k, v in old["spec"].items() if k != "nodeName"},
         }
-        new_uid = env.rest.create(PODS, replacement, NS)["metadata"]["uid"]
+        try:
+            new_uid = env.rest.create(PODS, replacement, NS)["metadata"]["uid"]
+        except ApiException as e:
+            assert e.status == 409, e
+            new_uid = env.rest.get(PODS, pod_name, NS)["metadata"]["uid"]
+        assert new_uid != old["metadata"]["uid"]
     finally:
         held.set()
     assert answered.wait(30), "the manager's held delete was never answered"
