@@ -214,8 +214,8 @@ class SliceReconcilers:
         self.slice_view: ByVersion[SliceInfo] = ByVersion(gke.parse)
         self.replica_view: ByVersion[Replica] = ByVersion(Replica.from_json)
         #: C1 and B6 of a replica, once per version of it and set of accelerators with
-        #: provision-only nodes: every gate and release pass asks (25 times per service in a
-        #: burst), and the verdict is a pure function of the two
+        #: provision-only nodes: every gate pass and every release pass of a live replica
+        #: asks, and the verdict is a pure function of the two
         self.verdict_view: ByVersion[Verdict] = ByVersion(
             lambda raw, provision_only: validate(self.replica_view(raw), config, provision_only)
         )
