@@ -67,9 +67,7 @@ def gate_pass(obs: GateObservation) -> GatePlan:
     """Demand, then provisioning, then gating. An invalid demand withholds every Instance
     about to get pods; no demand (not opted in, a static pool) holds nothing and confines
     nothing."""
-    verdict = obs.verdict
-    if verdict is None:
-        verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
+    verdict = _verdict(obs)
     if verdict.error:
         holds, events = validation.withhold(verdict, obs.replica, obs.slots)
         return GatePlan(verdict, holds=holds, events=events)
@@ -135,9 +133,7 @@ class ReleasePlan:
 def release_pass(obs: ReleaseObservation) -> ReleasePlan:
     """Release, then loss. A Slice whose delete is already on its way is not released again
     (the cache lags behind our delete); a deleting replica is teardown's."""
-    verdict = obs.verdict
-    if verdict is None:
-        verdict = validation.validate(obs.replica, obs.config, obs.provision_only)
+    verdict = _verdict(obs)
     unwanted = releases.unwanted(obs.replica, verdict, obs.owned, obs.pods)
     suspects = (
         [] if obs.replica.deleting else losses.suspects(obs.replica, obs.pods, obs.named, obs.nodes)
@@ -147,3 +143,10 @@ def release_pass(obs: ReleaseObservation) -> ReleasePlan:
         releases=[s for s in unwanted if s.name not in obs.releasing],
         suspects=suspects,
     )
+
+
+def _verdict(obs: GateObservation | ReleaseObservation) -> Verdict:
+    """C1 and B6 of the observed replica: the caller's, made once per version, when given."""
+    if obs.verdict is not None:
+        return obs.verdict
+    return validation.validate(obs.replica, obs.config, obs.provision_only)
