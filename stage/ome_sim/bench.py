@@ -147,6 +147,58 @@ def _spawn(name: str, command: list[str], log: Path) -> Proc:
     return Proc(name, popen)
 
 
+class ManagerFromError(Exception):
+    """``--manager-from`` names no manager this stage can run."""
+
+
+def manager_from(tree: Path) -> Path:
+    """The directory to put first on the manager's ``PYTHONPATH`` to run the manager of
+    another checkout (``tree``, holding ``pkg/ome``, or a directory holding ``ome``) on this
+    stage. It is checked the way the manager will be started (``python -m
+    ome.entrypoints.manager`` in this environment): ManagerFromError, in one line, when
+    there is no manager there, or when another ``ome`` would be imported in its place."""
+    roots = [tree / "pkg", tree]
+    root = next((r for r in roots if (r / "ome" / "entrypoints" / "manager.py").is_file()), None)
+    if root is None:
+        looked = " and ".join(str(r / "ome" / "entrypoints" / "manager.py") for r in roots)
+        raise ManagerFromError(f"--manager-from {tree}: no manager there (looked for {looked})")
+    root = root.resolve()
+    expected = root / "ome" / "entrypoints" / "manager.py"
+    try:
+        found = subprocess.run(
+            [sys.executable, "-c", _WHICH_MANAGER],
+            env={**os.environ, **manager_env(root)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ManagerFromError(
+            f"--manager-from {tree}: cannot ask where it loads from: {e}"
+        ) from None
+    origin = found.stdout.strip()
+    if found.returncode != 0 or not origin or Path(origin).resolve() != expected:
+        why = origin or (found.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ManagerFromError(
+            f"--manager-from {tree}: this environment would not run {expected} ({why})"
+        )
+    return root
+
+
+#: Prints where ``python -m ome.entrypoints.manager`` would load the manager from.
+_WHICH_MANAGER = "import importlib.util as u; print(u.find_spec('ome.entrypoints.manager').origin)"
+
+
+def manager_env(root: Path | None) -> dict[str, str]:
+    """The manager's environment additions: ``root`` (``manager_from``'s) first on its
+    ``PYTHONPATH``, before whatever this process has there; none without a root."""
+    if root is None:
+        return {}
+    inherited = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": os.pathsep.join([str(root), *([inherited] if inherited else [])])}
+
+
 def _sim(*args: str) -> list[str]:
     return [sys.executable, "-m", "ome_sim.cli", *args]
 
@@ -168,6 +220,8 @@ class Stage:
     restarts: int = 0
     #: How often the provider renews each node's Lease: rarely, as nothing reads them here.
     heartbeat: str = "60s"
+    #: Where another checkout's manager is run from (``manager_from``); None: this tree's.
+    manager_root: Path | None = None
 
     def start(self) -> None:
         self.kubeconfig = self.work / "kubeconfig"
@@ -205,7 +259,10 @@ class Stage:
         started = time.monotonic()
         self.restarts += 1
         self.manager = system.start_manager(
-            self.kubeconfig, self.work / f"manager-{self.restarts}.log", []
+            self.kubeconfig,
+            self.work / f"manager-{self.restarts}.log",
+            [],
+            env=manager_env(self.manager_root),
         )
         self.manager_proc = Proc("manager", self.manager.proc)
         port = self.manager.wait_for_port("admission webhooks", 60)
@@ -327,6 +384,7 @@ class KubeStage(Stage):
             self.manager_kubeconfig,
             self.work / f"manager-{self.restarts}.log",
             ["--webhook-host", "127.0.0.1"],
+            env=manager_env(self.manager_root),
         )
         self.manager_proc = Proc("manager", self.manager.proc)
         port = self.manager.wait_for_port("admission webhooks", 60)
@@ -1272,7 +1330,10 @@ def depth_table(rows: list[JSON]) -> list[str]:
 
 def summary(result: JSON) -> str:
     base = result["baseline_create_s"]
+    manager = result.get("manager_from")
+    who = f"from {manager}" if manager else "this tree's"
     lines = [
+        f"the manager: {who}",
         f"bare pod create round trip: {base * 1000:.1f} ms; ideal writes per lifecycle: "
         f"{ideal_total()} ({', '.join(f'{k} {v}' for k, v in IDEAL.items())})",
         "",
@@ -1438,8 +1499,11 @@ def compare_table(compared: JSON) -> str:
     def cell(value: float | None, width: int = 10) -> str:
         return f"{'-':>{width}}" if value is None else f"{value:>{width}.2f}"
 
+    manager = compared.get("manager_from")
     lines = [
-        f"compared with {compared['path']} (started {compared.get('started') or 'unknown'}):",
+        f"compared with {compared['path']} (started {compared.get('started') or 'unknown'}"
+        + (f"; its manager from {manager}" if manager else "")
+        + "):",
         f"{'services':>8}  {'figure':<30}{'this':>10}{'that':>10}{'this/that':>10}",
     ]
     for row in compared["rows"]:
@@ -1457,18 +1521,25 @@ def run(
     bursts: tuple[int, ...] = (),
     control_plane: str = "embedded",
     compare_path: Path | None = None,
+    manager_tree: Path | None = None,
 ) -> int:
     """Run the plan (``QUICK`` or ``FULL``; ``bursts`` replaces its burst sizes, the last two
     compared and the largest burst again) and report, against the run in ``compare_path``
-    if given; 1 when a scenario failed, 2 (before anything runs) when ``compare_path``
-    cannot be read."""
+    if given, with the manager of ``manager_tree`` (another checkout) if given; 1 when a
+    scenario failed, 2 (before anything runs) when ``compare_path`` cannot be read or
+    ``manager_tree`` holds no manager to run."""
     that: JSON | None = None
-    if compare_path is not None:
-        try:
+    manager_root: Path | None = None
+    try:
+        if compare_path is not None:
             that = load_compared(compare_path)
-        except CompareError as e:
-            say(str(e))
-            return 2
+        if manager_tree is not None:
+            manager_root = manager_from(manager_tree)
+    except (CompareError, ManagerFromError) as e:
+        say(str(e))
+        return 2
+    if manager_root is not None:
+        say(f"the manager runs from {manager_root}")
     plan = QUICK if quick else FULL
     if bursts:
         plan = dataclasses.replace(
@@ -1481,10 +1552,12 @@ def run(
     hosts = max(*plan.bursts, plan.steady)
     kube = control_plane == "kube"
     stage = (KubeStage if kube else Stage)(work, hosts, activation_delay=2.0)
+    stage.manager_root = manager_root
     result: JSON = {
         "started": datetime.now(UTC).isoformat(),
         "quick": quick,
         "control_plane": control_plane,
+        "manager_from": str(manager_root) if manager_root is not None else None,
         "plan": plan.__dict__,
         "ideal_writes": IDEAL,
     }
@@ -1537,6 +1610,7 @@ def run(
         result["compared_with"] = {
             "path": str(compare_path),
             "started": that.get("started"),
+            "manager_from": that.get("manager_from"),
             "rows": compare(result, that),
         }
     out_dir.mkdir(parents=True, exist_ok=True)

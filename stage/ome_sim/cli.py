@@ -656,6 +656,16 @@ def build_parser() -> argparse.ArgumentParser:
         "the ratio this/that (also in the JSON as compared_with); exits 2 at once when the "
         "file cannot be read",
     )
+    bench.add_argument(
+        "--manager-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run the manager of another checkout (DIR holding pkg/ome, e.g. a git worktree "
+        "of main) on this tree's stage and with its environment, so that two managers are "
+        "measured on the same API server and provider: run this, then --compare with its "
+        "JSON; exits 2 at once when DIR holds no manager this environment would run",
+    )
     bench.set_defaults(func=_bench)
     soak = sub.add_parser(
         "soak",
@@ -755,7 +765,9 @@ def _soak(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import run  # noqa: PLC0415 - only this subcommand needs it
 
-    return run(args.quick, args.out, args.bursts, args.control_plane, args.compare)
+    return run(
+        args.quick, args.out, args.bursts, args.control_plane, args.compare, args.manager_from
+    )
 
 
 def _sizes(text: str) -> tuple[int, ...]:

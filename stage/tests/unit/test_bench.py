@@ -470,3 +470,100 @@ def test_the_comparison_is_written_into_the_result(
         ("cold_peak_rss_mib", None, 128.0),
     ]
     assert f"compared with {earlier} (started earlier):" in capsys.readouterr().out
+
+
+# -- another checkout's manager ----------------------------------------------------------------
+
+
+def _checkout(root: Path, *, package_init: bool = True) -> Path:
+    """A tree holding a manager module at ``root/pkg/ome/entrypoints/manager.py``."""
+    package = root / "pkg" / "ome"
+    (package / "entrypoints").mkdir(parents=True)
+    if package_init:
+        (package / "__init__.py").write_text("")
+    (package / "entrypoints" / "__init__.py").write_text("")
+    (package / "entrypoints" / "manager.py").write_text("")
+    return root
+
+
+def test_another_checkouts_manager_runs_from_its_pkg_first_on_the_path(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    tree = _checkout(tmp_path / "main")
+    root = bench.manager_from(tree)
+    assert root == (tree / "pkg").resolve()
+    assert bench.manager_env(root) == {"PYTHONPATH": f"{root}:/elsewhere"}
+    assert bench.manager_env(None) == {}
+    # a directory holding the package itself will do as well
+    assert bench.manager_from(tree / "pkg") == root
+
+
+def test_a_manager_this_environment_would_not_import_is_refused(tmp_path: Path) -> None:
+    """Without its ``__init__.py``, ``ome`` there is only a namespace portion: Python imports
+    the installed package instead, which is not the manager asked for."""
+    tree = _checkout(tmp_path / "main", package_init=False)
+    with pytest.raises(bench.ManagerFromError) as e:
+        bench.manager_from(tree)
+    assert str(e.value).startswith(f"--manager-from {tree}: this environment would not run ")
+    assert "\n" not in str(e.value)
+
+
+def test_a_directory_with_no_manager_is_a_one_line_error_before_anything_runs(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    started = no_stage(monkeypatch)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert bench.run(True, tmp_path / "out", manager_tree=empty) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bench: --manager-from {empty}: no manager there (looked for ")
+    assert err.count("\n") == 1
+    assert started == []
+    assert not (tmp_path / "out").exists()
+
+    argv = ["bench", "--quick", "--manager-from", str(empty), "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert started == []
+
+
+def test_the_stage_starts_that_manager_and_the_result_names_it(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    tree = _checkout(tmp_path / "main")
+    root = (tree / "pkg").resolve()
+    envs: list[dict[str, str] | None] = []
+
+    def start_manager(*_args: Any, env: dict[str, str] | None = None, **_kw: Any) -> Any:
+        envs.append(env)
+        raise bench.StageError("no manager in unit tests")
+
+    def start(self: Any) -> None:
+        self.kubeconfig = tmp_path / "kubeconfig"
+        self.start_manager()
+
+    monkeypatch.setattr(bench.Stage, "start", start)
+    monkeypatch.setattr(bench.system, "start_manager", start_manager)
+    out = tmp_path / "out"
+    assert bench.run(True, out, manager_tree=tree) == 1
+    assert envs and envs[0] is not None
+    assert envs[0]["PYTHONPATH"].split(":")[0] == str(root)
+    (written,) = out.glob("*.json")
+    assert json.loads(written.read_text())["manager_from"] == str(root)
+    assert f"bench: the manager runs from {root}" in capsys.readouterr().err
+
+
+def test_the_summary_and_the_comparison_say_whose_manager_ran() -> None:
+    r = result(writes=bench.ideal_total())
+    r["goals"] = bench.goals(r, bench.QUICK)
+    assert bench.summary(r).splitlines()[0] == "the manager: this tree's"
+    r["manager_from"] = "/tmp/main/pkg"
+    assert bench.summary(r).splitlines()[0] == "the manager: from /tmp/main/pkg"
+    rows = bench.compare(r, r)
+    text = bench.compare_table(
+        {"path": "old.json", "started": "then", "manager_from": "/tmp/main/pkg", "rows": rows}
+    )
+    assert text.splitlines()[0] == (
+        "compared with old.json (started then; its manager from /tmp/main/pkg):"
+    )
