@@ -32,7 +32,9 @@ and exits 1 when a scenario fails: a service not Ready or a Slice not released i
 write storm (more than ``STORM`` times the ideal writes). ``--compare PATH`` (an earlier
 run's JSON) adds a table of this run against that one, each figure with the ratio this/that,
 also written to the JSON as ``compared_with``; a file it cannot read is an error (exit 2)
-before anything runs.
+before anything runs. ``--manager-from DIR`` runs another checkout's manager on this stage
+(``manager_from``), so that a pair of runs with ``--compare`` differs in the manager only;
+a DIR this environment would not load the manager from is an error (exit 2) as well.
 """
 
 from __future__ import annotations
