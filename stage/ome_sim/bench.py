@@ -35,6 +35,11 @@ also written to the JSON as ``compared_with``; a file it cannot read is an error
 before anything runs. ``--manager-from DIR`` runs another checkout's manager on this stage
 (``manager_from``), so that a pair of runs with ``--compare`` differs in the manager only;
 a DIR this environment would not load the manager from is an error (exit 2) as well.
+``--against DIR`` measures another checkout's manager in the same run (``use_manager``):
+it runs each burst, and the cold start, just before this run's manager, and the goals that
+also hold as a ratio (CPU per service, the cold start's first pass, all Ready) are met by
+either their limit or their ratio to it; the summary sets the two managers side by side
+(``against_table``).
 """
 
 from __future__ import annotations
@@ -153,17 +158,18 @@ class ManagerFromError(Exception):
     """``--manager-from`` names no manager this stage can run."""
 
 
-def manager_from(tree: Path) -> Path:
+def manager_from(tree: Path, option: str = "--manager-from") -> Path:
     """The directory to put first on the manager's ``PYTHONPATH`` to run the manager of
     another checkout (``tree``, holding ``pkg/ome``, or a directory holding ``ome``) on this
     stage. It is checked the way the manager will be started (``python -m
-    ome.entrypoints.manager`` in this environment): ManagerFromError, in one line, when
-    there is no manager there, or when another ``ome`` would be imported in its place."""
+    ome.entrypoints.manager`` in this environment): ManagerFromError, in one line naming
+    ``option``, when there is no manager there, or when another ``ome`` would be imported
+    in its place."""
     roots = [tree / "pkg", tree]
     root = next((r for r in roots if (r / "ome" / "entrypoints" / "manager.py").is_file()), None)
     if root is None:
         looked = " and ".join(str(r / "ome" / "entrypoints" / "manager.py") for r in roots)
-        raise ManagerFromError(f"--manager-from {tree}: no manager there (looked for {looked})")
+        raise ManagerFromError(f"{option} {tree}: no manager there (looked for {looked})")
     root = root.resolve()
     expected = root / "ome" / "entrypoints" / "manager.py"
     try:
@@ -176,14 +182,12 @@ def manager_from(tree: Path) -> Path:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ManagerFromError(
-            f"--manager-from {tree}: cannot ask where it loads from: {e}"
-        ) from None
+        raise ManagerFromError(f"{option} {tree}: cannot ask where it loads from: {e}") from None
     origin = found.stdout.strip()
     if found.returncode != 0 or not origin or Path(origin).resolve() != expected:
         why = origin or (found.stderr.strip().splitlines() or ["no output"])[-1]
         raise ManagerFromError(
-            f"--manager-from {tree}: this environment would not run {expected} ({why})"
+            f"{option} {tree}: this environment would not run {expected} ({why})"
         )
     return root
 
@@ -1102,6 +1106,17 @@ def populate_cold(stage: Stage, namespace: str, services: int) -> JSON:
     }
 
 
+def use_manager(stage: Stage, root: Path | None) -> None:
+    """Run the manager from ``root`` (None: this environment's) from now on: the one running
+    stops (its lease released) and a new one starts, ready when this returns."""
+    if stage.manager is not None and stage.manager_root == root:
+        return
+    say(f"switching to the manager from {root or 'this tree'}")
+    stage.stop_manager()
+    stage.manager_root = root
+    stage.start_manager()
+
+
 def cold_start(stage: Stage, cluster: JSON) -> JSON:
     """A new manager against the converged ``cluster`` (``populate_cold``'s): until it is
     ready (its caches synced), then until its first pass is done (every replica reconciled,
@@ -1175,6 +1190,12 @@ MANAGER_CPU_GOAL_MS = 15.0
 #: The cold start: its first pass, in s, and the manager's peak RSS, in MiB.
 COLD_FIRST_PASS_GOAL_S = 8.0
 COLD_RSS_GOAL_MIB = 300.0
+#: With ``--against``, the goals that also hold as a ratio to the other manager's figure in
+#: the same run (machines differ): its CPU per service, its cold start's first pass, and its
+#: time to all Ready (a ratio only).
+MANAGER_CPU_RATIO_GOAL = 1 / 3
+COLD_FIRST_PASS_RATIO_GOAL = 0.5
+READY_RATIO_GOAL = 1.05
 
 
 def goals(result: JSON, plan: Plan) -> list[JSON]:
@@ -1194,15 +1215,41 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
         for b, limit in reaction_at
     ]
     largest = result["bursts"][str(max(int(n) for n in result["bursts"]))]
+    against = result.get("against") or {}
+    theirs = against.get("bursts") or {}
     for b in (large, largest) if largest is not large else (large,):
+        measured = b["stage_cost"]["manager_cpu_ms_per_service"]
+        goal = f"manager CPU per service at {b['services']} services <= {MANAGER_CPU_GOAL_MS:g} ms"
+        other = theirs.get(str(b["services"]))
+        ratio = (
+            _ratio(measured, other["stage_cost"]["manager_cpu_ms_per_service"])
+            if other is not None
+            else {}
+        )
+        if not ratio:
+            out.append({"goal": goal, "measured": measured, "limit": MANAGER_CPU_GOAL_MS})
+            continue
         out.append(
             {
-                "goal": f"manager CPU per service at {b['services']} services <= "
-                f"{MANAGER_CPU_GOAL_MS:g} ms",
-                "measured": b["stage_cost"]["manager_cpu_ms_per_service"],
+                "goal": f"{goal} or <= {MANAGER_CPU_RATIO_GOAL:.2f}x the other manager's",
+                "measured": measured,
                 "limit": MANAGER_CPU_GOAL_MS,
+                **ratio,
+                "ratio_limit": MANAGER_CPU_RATIO_GOAL,
             }
         )
+    for b in (large, largest) if largest is not large else (large,):
+        other = theirs.get(str(b["services"]))
+        ratio = _ratio(b["create_s"], other["create_s"]) if other is not None else {}
+        if ratio:
+            out.append(
+                {
+                    "goal": f"all Ready at {b['services']} services <= {READY_RATIO_GOAL:g}x "
+                    "the other manager's",
+                    "measured": ratio["ratio"],
+                    "limit": READY_RATIO_GOAL,
+                }
+            )
     out += [
         {
             "goal": f"create cost per service at {large['services']} <= 1.5x at "
@@ -1246,12 +1293,7 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
             "measured": st["reads_per_minute"],
             "limit": 1.0,
         },
-        {
-            "goal": f"cold start ({result['cold']['services']} services) first pass <= "
-            f"{COLD_FIRST_PASS_GOAL_S:g} s",
-            "measured": result["cold"]["first_pass_s"],
-            "limit": COLD_FIRST_PASS_GOAL_S,
-        },
+        _cold_goal(result["cold"], against.get("cold")),
         {
             "goal": f"cold start ({result['cold']['services']} services) writes = 0",
             "measured": float(sum(result["cold"]["writes"].values())),
@@ -1264,8 +1306,31 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
         },
     ]
     for g in out:
-        g["met"] = g["measured"] <= g["limit"]
+        g["met"] = g["measured"] <= g["limit"] or ("ratio" in g and g["ratio"] <= g["ratio_limit"])
     return out
+
+
+def _ratio(ours: float, theirs: float) -> JSON:
+    """``{"ratio": ours / theirs, "theirs": theirs}``, or nothing when theirs is no figure."""
+    if not theirs or math.isnan(theirs):
+        return {}
+    return {"ratio": ours / theirs, "theirs": theirs}
+
+
+def _cold_goal(cold: JSON, theirs: JSON | None) -> JSON:
+    """The cold start's first pass: at most ``COLD_FIRST_PASS_GOAL_S``, or with ``--against``
+    at most ``COLD_FIRST_PASS_RATIO_GOAL`` of the other manager's in the same run."""
+    goal: JSON = {
+        "goal": f"cold start ({cold['services']} services) first pass <= "
+        f"{COLD_FIRST_PASS_GOAL_S:g} s",
+        "measured": cold["first_pass_s"],
+        "limit": COLD_FIRST_PASS_GOAL_S,
+    }
+    ratio = _ratio(cold["first_pass_s"], theirs["first_pass_s"]) if theirs else {}
+    if ratio:
+        goal["goal"] += f" or <= {COLD_FIRST_PASS_RATIO_GOAL:g}x the other manager's"
+        goal.update(ratio, ratio_limit=COLD_FIRST_PASS_RATIO_GOAL)
+    return goal
 
 
 def storms(result: JSON) -> list[str]:
@@ -1383,12 +1448,67 @@ def summary(result: JSON) -> str:
         "",
         "goals:",
     ]
+    lines[-1:-1] = against_table(result)
     for g in result["goals"]:
-        lines.append(
+        line = (
             f"  {'met   ' if g['met'] else 'MISSED'} {g['goal']}: {g['measured']:.2f} "
             f"(limit {g['limit']:g})"
         )
+        if "ratio" in g:
+            line += f"; {g['ratio']:.2f}x the other manager's (limit {g['ratio_limit']:.2f})"
+        lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def against_table(result: JSON) -> list[str]:
+    """With ``--against``: each burst and the cold start, the other manager's figure, this
+    tree's and their ratio, as measured in this run (the other manager first each time)."""
+    against = result.get("against")
+    if not against:
+        return []
+    lines = [
+        f"against the manager from {against['manager_from']}, in this run (it ran each burst "
+        "and the cold start just before this tree's manager):",
+        f"{'figure':<38} {'other':>10} {'this':>10} {'this/other':>10}",
+    ]
+
+    def row(label: str, other: float | None, this: float | None, unit: str) -> None:
+        def cell(value: float | None) -> str:
+            return f"{f'{value:.1f}{unit}':>10}" if value is not None else f"{'-':>10}"
+
+        ratio = f"{this / other:>10.2f}" if this is not None and other else f"{'-':>10}"
+        lines.append(f"{label:<38} {cell(other)} {cell(this)} {ratio}")
+
+    base = result["baseline_create_s"]
+    for n, other in against.get("bursts", {}).items():
+        this = result["bursts"].get(n)
+        if this is None:
+            continue
+        row(f"{n}: all Ready", other["create_s"], this["create_s"], "s")
+        row(
+            f"{n}: manager CPU per service",
+            other["stage_cost"]["manager_cpu_ms_per_service"],
+            this["stage_cost"]["manager_cpu_ms_per_service"],
+            "ms",
+        )
+        row(
+            f"{n}: reaction p99 (bare creates)",
+            other["reaction_p99_s"] / base,
+            this["reaction_p99_s"] / base,
+            "x",
+        )
+        row(f"{n}: writes per service", other["writes_per_service"], this["writes_per_service"], "")
+    cold, this_cold = against.get("cold"), result.get("cold")
+    if cold and this_cold:
+        row("cold start: synced", cold["synced_s"], this_cold["synced_s"], "s")
+        row("cold start: first pass", cold["first_pass_s"], this_cold["first_pass_s"], "s")
+        row(
+            "cold start: peak RSS",
+            cold["peak_rss_bytes"] / 2**20,
+            this_cold["peak_rss_bytes"] / 2**20,
+            "M",
+        )
+    return [*lines, ""]
 
 
 # -- comparing with another run --------------------------------------------------------------
@@ -1524,24 +1644,32 @@ def run(
     control_plane: str = "embedded",
     compare_path: Path | None = None,
     manager_tree: Path | None = None,
+    against_tree: Path | None = None,
 ) -> int:
     """Run the plan (``QUICK`` or ``FULL``; ``bursts`` replaces its burst sizes, the last two
     compared and the largest burst again) and report, against the run in ``compare_path``
-    if given, with the manager of ``manager_tree`` (another checkout) if given; 1 when a
-    scenario failed, 2 (before anything runs) when ``compare_path`` cannot be read or
-    ``manager_tree`` holds no manager to run."""
+    if given, with the manager of ``manager_tree`` (another checkout) if given. With
+    ``against_tree`` (another checkout), its manager runs each burst and the cold start
+    just before this run's manager, on the same stage, and the goals that hold as a ratio
+    take it from these pairs. 1 when a scenario failed, 2 (before anything runs) when
+    ``compare_path`` cannot be read or either tree holds no manager to run."""
     that: JSON | None = None
     manager_root: Path | None = None
+    against_root: Path | None = None
     try:
         if compare_path is not None:
             that = load_compared(compare_path)
         if manager_tree is not None:
             manager_root = manager_from(manager_tree)
+        if against_tree is not None:
+            against_root = manager_from(against_tree, "--against")
     except (CompareError, ManagerFromError) as e:
         say(str(e))
         return 2
     if manager_root is not None:
         say(f"the manager runs from {manager_root}")
+    if against_root is not None:
+        say(f"each burst and the cold start run first with the manager from {against_root}")
     plan = QUICK if quick else FULL
     if bursts:
         plan = dataclasses.replace(
@@ -1561,6 +1689,11 @@ def run(
         "control_plane": control_plane,
         "manager_from": str(manager_root) if manager_root is not None else None,
         "plan": plan.__dict__,
+        **(
+            {"against": {"manager_from": str(against_root), "bursts": {}}}
+            if against_root is not None
+            else {}
+        ),
         "ideal_writes": IDEAL,
     }
     failures: list[str] = []
@@ -1576,6 +1709,15 @@ def run(
             burst(stage, watcher, 1, "bench-warmup", plan.timeout_s)
         result["bursts"] = {}
         for n in plan.bursts:
+            if against_root is not None:
+                use_manager(stage, against_root)
+                other = burst(stage, watcher, n, f"bench-{n}-against", plan.timeout_s)
+                result["against"]["bursts"][str(n)] = _burst_json(other)
+                say(
+                    f"  {n} (the other manager): Ready in {other.create_s:.1f}s, gone in "
+                    f"{other.delete_s:.1f}s, {other.writes_per_service:.1f} writes per service"
+                )
+                use_manager(stage, manager_root)
             b = burst(stage, watcher, n, f"bench-{n}", plan.timeout_s)
             result["bursts"][str(n)] = _burst_json(b)
             say(
@@ -1598,6 +1740,10 @@ def run(
             }
         else:
             cluster = populate_cold(stage, "bench-steady", COLD_COPIES * plan.steady)
+        if against_root is not None:
+            stage.manager_root = against_root  # cold_start starts a new manager
+            result["against"]["cold"] = cold_start(stage, cluster)
+            stage.manager_root = manager_root
         result["cold"] = cold_start(stage, cluster)
         result["goals"] = goals(result, plan)
         failures += storms(result)

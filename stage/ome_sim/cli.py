@@ -666,6 +666,18 @@ def build_parser() -> argparse.ArgumentParser:
         "measured on the same API server and provider: run this, then --compare with its "
         "JSON; exits 2 at once when DIR holds no manager this environment would run",
     )
+    bench.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="measure the manager of another checkout (DIR, as for --manager-from) in the "
+        "same run: it runs each burst and the cold start just before this run's manager, "
+        "on the same stage, and the goals that also hold as a ratio (CPU per service, the "
+        "cold start's first pass, all Ready) are judged against it; the summary gives both "
+        "managers' figures side by side. About twice as long; exits 2 at once when DIR "
+        "holds no manager this environment would run",
+    )
     bench.set_defaults(func=_bench)
     soak = sub.add_parser(
         "soak",
@@ -766,7 +778,13 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run  # noqa: PLC0415 - only this subcommand needs it
 
     return run(
-        args.quick, args.out, args.bursts, args.control_plane, args.compare, args.manager_from
+        args.quick,
+        args.out,
+        args.bursts,
+        args.control_plane,
+        args.compare,
+        args.manager_from,
+        args.against,
     )
 
 

@@ -567,3 +567,171 @@ def test_the_summary_and_the_comparison_say_whose_manager_ran() -> None:
     assert text.splitlines()[0] == (
         "compared with old.json (started then; its manager from /tmp/main/pkg):"
     )
+
+
+# -- another checkout's manager in the same run (--against) -------------------------------------
+
+
+def against_result(other_ms: float, other_ready_s: float, other_first_pass_s: float) -> Any:
+    r = full_result()
+    r["against"] = {
+        "manager_from": "/tmp/main/pkg",
+        "bursts": {
+            n: {
+                **b,
+                "create_s": other_ready_s * int(n) / 500,
+                "stage_cost": {**b["stage_cost"], "manager_cpu_ms_per_service": other_ms},
+            }
+            for n, b in r["bursts"].items()
+        },
+        "cold": {**r["cold"], "first_pass_s": other_first_pass_s},
+    }
+    return r
+
+
+def test_against_another_manager_a_goal_is_met_by_its_limit_or_by_its_ratio() -> None:
+    """16 ms against the other manager's 60 (0.27x) meets the CPU goal its limit missed; the
+    cold start's 9 s against 20 (0.45x) likewise; all Ready is a ratio only."""
+    r = against_result(other_ms=60.0, other_ready_s=50.0, other_first_pass_s=20.0)
+    r["bursts"]["500"]["stage_cost"]["manager_cpu_ms_per_service"] = 16.0
+    r["cold"]["first_pass_s"] = 9.0
+    goals = {g["goal"]: g for g in bench.goals(r, bench.FULL)}
+    cpu = goals["manager CPU per service at 500 services <= 15 ms or <= 0.33x the other manager's"]
+    assert (cpu["measured"], cpu["limit"], cpu["theirs"]) == (16.0, 15.0, 60.0)
+    assert cpu["ratio"] == pytest.approx(16 / 60) and cpu["met"]
+    cpu_2000 = goals[
+        "manager CPU per service at 2000 services <= 15 ms or <= 0.33x the other manager's"
+    ]
+    assert cpu_2000["ratio"] == pytest.approx(15.5 / 60) and cpu_2000["met"]
+    ready = goals["all Ready at 500 services <= 1.05x the other manager's"]
+    assert (ready["measured"], ready["limit"], ready["met"]) == (1.0, 1.05, True)
+    ready_2000 = goals["all Ready at 2000 services <= 1.05x the other manager's"]
+    assert ready_2000["measured"] == pytest.approx(200 / 200)
+    cold = goals["cold start (500 services) first pass <= 8 s or <= 0.5x the other manager's"]
+    assert cold["ratio"] == pytest.approx(0.45) and cold["met"]
+
+    r["goals"] = list(goals.values())
+    text = bench.summary(r)
+    assert (
+        "  met    manager CPU per service at 500 services <= 15 ms or <= 0.33x the other "
+        "manager's: 16.00 (limit 15); 0.27x the other manager's (limit 0.33)"
+    ) in text
+    assert "against the manager from /tmp/main/pkg, in this run" in text
+    rows = [" ".join(line.split()) for line in text.splitlines()]
+    assert "500: manager CPU per service 60.0ms 16.0ms 0.27" in rows
+    assert "cold start: first pass 20.0s 9.0s 0.45" in rows
+
+
+def test_against_another_manager_a_goal_missed_both_ways_is_missed() -> None:
+    r = against_result(other_ms=30.0, other_ready_s=40.0, other_first_pass_s=10.0)
+    r["bursts"]["500"]["stage_cost"]["manager_cpu_ms_per_service"] = 16.0
+    r["cold"]["first_pass_s"] = 9.0
+    goals = {g["goal"]: g for g in bench.goals(r, bench.FULL)}
+    cpu = goals["manager CPU per service at 500 services <= 15 ms or <= 0.33x the other manager's"]
+    assert cpu["ratio"] == pytest.approx(16 / 30) and not cpu["met"]
+    ready = goals["all Ready at 500 services <= 1.05x the other manager's"]
+    assert ready["measured"] == pytest.approx(50 / 40) and not ready["met"]
+    cold = goals["cold start (500 services) first pass <= 8 s or <= 0.5x the other manager's"]
+    assert cold["ratio"] == pytest.approx(0.9) and not cold["met"]
+
+
+def test_without_the_other_managers_figure_a_goal_is_its_limit_alone() -> None:
+    r = against_result(other_ms=0.0, other_ready_s=50.0, other_first_pass_s=20.0)
+    del r["against"]["bursts"]["2000"], r["against"]["cold"]
+    names = [g["goal"] for g in bench.goals(r, bench.FULL)]
+    assert "manager CPU per service at 500 services <= 15 ms" in names  # 0 ms: no ratio
+    assert "manager CPU per service at 2000 services <= 15 ms" in names
+    assert "all Ready at 500 services <= 1.05x the other manager's" in names
+    assert not [n for n in names if n.startswith("all Ready at 2000")]
+    assert "cold start (500 services) first pass <= 8 s" in names
+
+
+def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Which manager each scenario ran with, in order: the other one, then this tree's."""
+    other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
+    other, this = (other_tree / "pkg").resolve(), (this_tree / "pkg").resolve()
+    ran: list[tuple[str, Any]] = []
+
+    class FakeWatcher:
+        def __init__(self, _rest: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    def start(self: Any) -> None:
+        self.rest = None
+        self.start_manager()
+
+    def start_manager(self: Any) -> float:
+        ran.append(("start", self.manager_root))
+        self.manager = object()
+        return 0.5
+
+    def stop_manager(self: Any) -> None:
+        ran.append(("stop", self.manager_root))
+        self.manager = None
+
+    def fake_burst(stage: Any, _w: Any, n: int, namespace: str, _t: float) -> Any:
+        ran.append((namespace, stage.manager_root))
+        return bench.Burst(
+            services=n, create_s=1.0, delete_s=1.0, reaction_p50_s=0.001,
+            reaction_p99_s=0.002, writes={}, writes_per_service=12.0, reads_per_service=0.0,
+            reads={}, cpu_s={"manager": 1.0}, requests_total=1, provider_requests=1,
+            queue_depth=[], queue_depth_failed=0,
+        )  # fmt: skip
+
+    def fake_cold(stage: Any, cluster: Any) -> Any:
+        ran.append(("cold", stage.manager_root))
+        return {**result(11.0)["cold"], **cluster}
+
+    monkeypatch.setattr(bench.Stage, "start", start)
+    monkeypatch.setattr(bench.Stage, "start_manager", start_manager)
+    monkeypatch.setattr(bench.Stage, "stop_manager", stop_manager)
+    monkeypatch.setattr(bench.Stage, "stop", lambda self: None)
+    monkeypatch.setattr(bench, "Watcher", FakeWatcher)
+    monkeypatch.setattr(bench, "baseline", lambda _stage: 0.001)
+    monkeypatch.setattr(bench, "burst", fake_burst)
+    monkeypatch.setattr(bench, "cold_start", fake_cold)
+    monkeypatch.setattr(bench, "populate_cold", lambda *_a: {"services": 5, "pods": 1, "nodes": 1})
+    monkeypatch.setattr(
+        bench, "steady", lambda *_a: {"services": 1, "writes_per_minute": 0, "reads_per_minute": 0}
+    )
+    plan = (1, 20)
+    out = tmp_path / "out"
+    code = bench.run(True, out, plan, manager_tree=this_tree, against_tree=other_tree)
+    assert ran == [
+        ("start", this),
+        ("stop", this), ("start", other), ("bench-1-against", other),
+        ("stop", other), ("start", this), ("bench-1", this),
+        ("stop", this), ("start", other), ("bench-20-against", other),
+        ("stop", other), ("start", this), ("bench-20", this), ("bench-20", this),
+        ("cold", other), ("cold", this),
+    ]  # fmt: skip
+    assert code == 0
+    (written,) = out.glob("*.json")
+    against = json.loads(written.read_text())["against"]
+    assert against["manager_from"] == str(other) and sorted(against["bursts"]) == ["1", "20"]
+    assert against["cold"]["services"] == 5
+    assert f"each burst and the cold start run first with the manager from {other}" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_against_directory_with_no_manager_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    started = no_stage(monkeypatch)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["bench", "--quick", "--against", str(empty), "--out", str(tmp_path / "out")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bench: --against {empty}: no manager there (looked for ")
+    assert err.count("\n") == 1
+    assert started == []
