@@ -509,20 +509,23 @@ def test_a_manager_this_environment_would_not_import_is_refused(tmp_path: Path) 
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("option", "argument"), [("--manager-from", "manager_tree"), ("--against", "against_tree")]
+)
 def test_a_directory_with_no_manager_is_a_one_line_error_before_anything_runs(
-    tmp_path: Path, monkeypatch: Any, capsys: Any
+    tmp_path: Path, monkeypatch: Any, capsys: Any, option: str, argument: str
 ) -> None:
     started = no_stage(monkeypatch)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert bench.run(True, tmp_path / "out", manager_tree=empty) == 2
+    assert bench.run(True, tmp_path / "out", **{argument: empty}) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"bench: --manager-from {empty}: no manager there (looked for ")
+    assert err.startswith(f"bench: {option} {empty}: no manager there (looked for ")
     assert err.count("\n") == 1
     assert started == []
     assert not (tmp_path / "out").exists()
 
-    argv = ["bench", "--quick", "--manager-from", str(empty), "--out", str(tmp_path / "out")]
+    argv = ["bench", "--quick", option, str(empty), "--out", str(tmp_path / "out")]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert started == []
@@ -721,17 +724,3 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
     assert f"each burst and the cold start run first with the manager from {other}" in (
         capsys.readouterr().err
     )
-
-
-def test_an_against_directory_with_no_manager_is_a_one_line_error(
-    tmp_path: Path, monkeypatch: Any, capsys: Any
-) -> None:
-    started = no_stage(monkeypatch)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    argv = ["bench", "--quick", "--against", str(empty), "--out", str(tmp_path / "out")]
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"bench: --against {empty}: no manager there (looked for ")
-    assert err.count("\n") == 1
-    assert started == []
