@@ -155,7 +155,7 @@ def _spawn(name: str, command: list[str], log: Path) -> Proc:
 
 
 class ManagerFromError(Exception):
-    """``--manager-from`` names no manager this stage can run."""
+    """``--manager-from`` or ``--against`` names no manager this stage can run."""
 
 
 def manager_from(tree: Path, option: str = "--manager-from") -> Path:
