@@ -1215,38 +1215,30 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
         for b, limit in reaction_at
     ]
     largest = result["bursts"][str(max(int(n) for n in result["bursts"]))]
-    against = result.get("against") or {}
-    theirs = against.get("bursts") or {}
-    for b in (large, largest) if largest is not large else (large,):
-        measured = b["stage_cost"]["manager_cpu_ms_per_service"]
-        goal = f"manager CPU per service at {b['services']} services <= {MANAGER_CPU_GOAL_MS:g} ms"
-        other = theirs.get(str(b["services"]))
-        ratio = (
-            _ratio(measured, other["stage_cost"]["manager_cpu_ms_per_service"])
-            if other is not None
-            else {}
-        )
-        if not ratio:
-            out.append({"goal": goal, "measured": measured, "limit": MANAGER_CPU_GOAL_MS})
-            continue
+    ratios = {(r["burst"], r["figure"]): r["ratio"] for r in against_rows(result)}
+    compared = (large, largest) if largest is not large else (large,)
+    for b in compared:
+        n = b["services"]
         out.append(
-            {
-                "goal": f"{goal} or <= {MANAGER_CPU_RATIO_GOAL:.2f}x the other manager's",
-                "measured": measured,
-                "limit": MANAGER_CPU_GOAL_MS,
-                **ratio,
-                "ratio_limit": MANAGER_CPU_RATIO_GOAL,
-            }
+            _or_ratio(
+                {
+                    "goal": f"manager CPU per service at {n} services <= "
+                    f"{MANAGER_CPU_GOAL_MS:g} ms",
+                    "measured": b["stage_cost"]["manager_cpu_ms_per_service"],
+                    "limit": MANAGER_CPU_GOAL_MS,
+                },
+                ratios.get((n, "manager_cpu_ms_per_service")),
+                MANAGER_CPU_RATIO_GOAL,
+            )
         )
-    for b in (large, largest) if largest is not large else (large,):
-        other = theirs.get(str(b["services"]))
-        ratio = _ratio(b["create_s"], other["create_s"]) if other is not None else {}
-        if ratio:
+    for b in compared:
+        ready = ratios.get((b["services"], "all_ready_s"))
+        if ready is not None:
             out.append(
                 {
                     "goal": f"all Ready at {b['services']} services <= {READY_RATIO_GOAL:g}x "
                     "the other manager's",
-                    "measured": ratio["ratio"],
+                    "measured": ready,
                     "limit": READY_RATIO_GOAL,
                 }
             )
@@ -1293,7 +1285,16 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
             "measured": st["reads_per_minute"],
             "limit": 1.0,
         },
-        _cold_goal(result["cold"], against.get("cold")),
+        _or_ratio(
+            {
+                "goal": f"cold start ({result['cold']['services']} services) first pass <= "
+                f"{COLD_FIRST_PASS_GOAL_S:g} s",
+                "measured": result["cold"]["first_pass_s"],
+                "limit": COLD_FIRST_PASS_GOAL_S,
+            },
+            ratios.get((None, "cold_first_pass_s")),
+            COLD_FIRST_PASS_RATIO_GOAL,
+        ),
         {
             "goal": f"cold start ({result['cold']['services']} services) writes = 0",
             "measured": float(sum(result["cold"]["writes"].values())),
@@ -1310,27 +1311,17 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
     return out
 
 
-def _ratio(ours: float, theirs: float) -> JSON:
-    """``{"ratio": ours / theirs, "theirs": theirs}``, or nothing when theirs is no figure."""
-    if not theirs or math.isnan(theirs):
-        return {}
-    return {"ratio": ours / theirs, "theirs": theirs}
-
-
-def _cold_goal(cold: JSON, theirs: JSON | None) -> JSON:
-    """The cold start's first pass: at most ``COLD_FIRST_PASS_GOAL_S``, or with ``--against``
-    at most ``COLD_FIRST_PASS_RATIO_GOAL`` of the other manager's in the same run."""
-    goal: JSON = {
-        "goal": f"cold start ({cold['services']} services) first pass <= "
-        f"{COLD_FIRST_PASS_GOAL_S:g} s",
-        "measured": cold["first_pass_s"],
-        "limit": COLD_FIRST_PASS_GOAL_S,
+def _or_ratio(goal: JSON, ratio: float | None, ratio_limit: float) -> JSON:
+    """``goal``, also met at ``ratio_limit`` of the other manager's figure (``--against``)
+    when this run has that ``ratio``."""
+    if ratio is None:
+        return goal
+    return {
+        **goal,
+        "goal": f"{goal['goal']} or <= {ratio_limit:.2g}x the other manager's",
+        "ratio": ratio,
+        "ratio_limit": ratio_limit,
     }
-    ratio = _ratio(cold["first_pass_s"], theirs["first_pass_s"]) if theirs else {}
-    if ratio:
-        goal["goal"] += f" or <= {COLD_FIRST_PASS_RATIO_GOAL:g}x the other manager's"
-        goal.update(ratio, ratio_limit=COLD_FIRST_PASS_RATIO_GOAL)
-    return goal
 
 
 def storms(result: JSON) -> list[str]:
@@ -1460,55 +1451,26 @@ def summary(result: JSON) -> str:
     return "\n".join(lines) + "\n"
 
 
-def against_table(result: JSON) -> list[str]:
-    """With ``--against``: each burst and the cold start, the other manager's figure, this
-    tree's and their ratio, as measured in this run (the other manager first each time)."""
+def against_rows(result: JSON) -> list[JSON]:
+    """With ``--against``: this tree's manager against the other one of the same run, as
+    ``compare`` sets two runs side by side (the bare create is the run's own)."""
     against = result.get("against")
     if not against:
         return []
-    lines = [
-        f"against the manager from {against['manager_from']}, in this run (it ran each burst "
-        "and the cold start just before this tree's manager):",
-        f"{'figure':<38} {'other':>10} {'this':>10} {'this/other':>10}",
+    return compare(result, {**against, "baseline_create_s": result.get("baseline_create_s")})
+
+
+def against_table(result: JSON) -> list[str]:
+    """``against_rows`` as the summary prints them; nothing without ``--against``."""
+    rows = against_rows(result)
+    if not rows:
+        return []
+    return [
+        f"against the manager from {result['against']['manager_from']} (that), in this run (it "
+        "ran each burst and the cold start just before this tree's manager):",
+        *_compare_lines(rows),
+        "",
     ]
-
-    def row(label: str, other: float | None, this: float | None, unit: str) -> None:
-        def cell(value: float | None) -> str:
-            return f"{f'{value:.1f}{unit}':>10}" if value is not None else f"{'-':>10}"
-
-        ratio = f"{this / other:>10.2f}" if this is not None and other else f"{'-':>10}"
-        lines.append(f"{label:<38} {cell(other)} {cell(this)} {ratio}")
-
-    base = result["baseline_create_s"]
-    for n, other in against.get("bursts", {}).items():
-        this = result["bursts"].get(n)
-        if this is None:
-            continue
-        row(f"{n}: all Ready", other["create_s"], this["create_s"], "s")
-        row(
-            f"{n}: manager CPU per service",
-            other["stage_cost"]["manager_cpu_ms_per_service"],
-            this["stage_cost"]["manager_cpu_ms_per_service"],
-            "ms",
-        )
-        row(
-            f"{n}: reaction p99 (bare creates)",
-            other["reaction_p99_s"] / base,
-            this["reaction_p99_s"] / base,
-            "x",
-        )
-        row(f"{n}: writes per service", other["writes_per_service"], this["writes_per_service"], "")
-    cold, this_cold = against.get("cold"), result.get("cold")
-    if cold and this_cold:
-        row("cold start: synced", cold["synced_s"], this_cold["synced_s"], "s")
-        row("cold start: first pass", cold["first_pass_s"], this_cold["first_pass_s"], "s")
-        row(
-            "cold start: peak RSS",
-            cold["peak_rss_bytes"] / 2**20,
-            this_cold["peak_rss_bytes"] / 2**20,
-            "M",
-        )
-    return [*lines, ""]
 
 
 # -- comparing with another run --------------------------------------------------------------
@@ -1617,24 +1579,30 @@ def compare(this: JSON, that: JSON) -> list[JSON]:
 
 def compare_table(compared: JSON) -> str:
     """``compared_with`` (``run``'s) as the table printed after the summary."""
-
-    def cell(value: float | None, width: int = 10) -> str:
-        return f"{'-':>{width}}" if value is None else f"{value:>{width}.2f}"
-
     manager = compared.get("manager_from")
     lines = [
         f"compared with {compared['path']} (started {compared.get('started') or 'unknown'}"
         + (f"; its manager from {manager}" if manager else "")
         + "):",
-        f"{'services':>8}  {'figure':<30}{'this':>10}{'that':>10}{'this/that':>10}",
+        *_compare_lines(compared["rows"]),
     ]
-    for row in compared["rows"]:
+    return "\n".join(lines) + "\n"
+
+
+def _compare_lines(rows: list[JSON]) -> list[str]:
+    """``compare``'s rows under their header."""
+
+    def cell(value: float | None, width: int = 10) -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}.2f}"
+
+    lines = [f"{'services':>8}  {'figure':<30}{'this':>10}{'that':>10}{'this/that':>10}"]
+    for row in rows:
         where = "cold" if row["burst"] is None else str(row["burst"])
         lines.append(
             f"{where:>8}  {row['label']:<30}{cell(row['this'])}{cell(row['that'])}"
             f"{cell(row['ratio'])}"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def run(
