@@ -184,6 +184,96 @@ def test_probes_report_readiness_after_the_caches_sync_and_metrics_are_served(
         assert running.halt() == EXIT_OK
 
 
+def cache_test_manager(cluster: Cluster, timeout: float = 120.0) -> Manager:
+    return Manager(
+        Rest(cluster.api),
+        ManagerOptions(
+            namespace="default",
+            metrics_bind_address="0",
+            health_probe_bind_address="127.0.0.1:0",
+            cache_sync_timeout=timeout,
+        ),
+        registry=CollectorRegistry(),
+    )
+
+
+def recording(name: str, passes: list[str]) -> Controller:
+    return Controller(
+        name,
+        lambda key: passes.append(key),  # type: ignore[func-returns-value]
+        queue=RateLimitingQueue(name=name),
+        metrics=ControllerMetrics(CollectorRegistry()),
+    )
+
+
+def test_a_controller_runs_once_its_own_caches_sync_while_another_informer_still_lists(
+    cluster: Cluster,
+) -> None:
+    """Each controller waits for the informers it reads, not for every one: the one whose
+    caches are filled reconciles while a large list is still in flight (here: held by the
+    server); the manager is ready, and the cache-read gauges report, only once all have."""
+    rest = Rest(cluster.api)
+    rest.create(CONFIGMAPS, configmap("sources-cm"), "default")
+    listing = threading.Event()
+    cluster.server.faults.add(
+        Fault(verb="list", resource="secrets", namespace="default", hold=listing, times=None)
+    )
+    manager = cache_test_manager(cluster)
+    configmaps = manager.informers.informer(CONFIGMAPS, namespace="default")
+    secrets = manager.informers.informer(SECRETS, namespace="default")
+    quick: list[str] = []
+    slow: list[str] = []
+    first, second = recording("quick", quick), recording("slow", slow)
+    first.watch(configmaps)
+    second.watch(configmaps)
+    second.reads(secrets)
+    manager.add_controller(first)
+    manager.add_controller(second)
+    running = run_manager(manager)
+    try:
+        eventually(lambda: "default/sources-cm" in quick, timeout=15)
+        assert slow == [] and not second.synced() and not secrets.has_synced()
+        assert manager.is_leader() and not manager.leads_with_synced_caches()
+        assert manager.probes is not None
+        probes = f"http://127.0.0.1:{manager.probes.port}"
+        status, body = get(f"{probes}/readyz")
+        assert status == 500 and "informer caches are not synced yet" in body
+        listing.set()
+        eventually(lambda: "default/sources-cm" in slow, timeout=15)
+        eventually(lambda: get(f"{probes}/readyz") == (200, "ok"))
+        assert manager.leads_with_synced_caches()
+    finally:
+        listing.set()
+        cluster.server.faults.clear()
+        assert running.halt() == EXIT_OK
+
+
+def test_caches_that_do_not_sync_in_time_stop_the_manager_with_one_reason(
+    cluster: Cluster,
+) -> None:
+    """Past ``cache_sync_timeout`` the run stops (its controllers with it) and raises
+    ``TimeoutError``, which ``ome-manager`` reports in one line and exits 1 on."""
+    listing = threading.Event()
+    cluster.server.faults.add(
+        Fault(verb="list", resource="secrets", namespace="default", hold=listing, times=None)
+    )
+    manager = cache_test_manager(cluster, timeout=1.0)
+    manager.informers.informer(SECRETS, namespace="default")
+    passes: list[str] = []
+    controller = recording("never", passes)
+    controller.watch(manager.informers.informer(SECRETS, namespace="default"))
+    manager.add_controller(controller)
+    stop = threading.Event()
+    began = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match=r"^informer caches did not sync within 1s$"):
+            manager.run(stop)
+    finally:
+        listing.set()
+        cluster.server.faults.clear()
+    assert time.monotonic() - began < 15 and passes == []
+
+
 def test_secure_metrics_serve_the_mounted_certificate_and_want_a_token(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -298,6 +298,31 @@ def test_step3_a_slice_per_instance_then_the_pod_confined_to_it(env: Env) -> Non
     assert slice_obj["metadata"]["annotations"]["ome.io/slice-owner"] == f"{NS}/qwen3-tpu-engine"
 
 
+def test_every_controller_waits_for_each_cache_its_passes_read(env: Env) -> None:
+    """A controller's workers start once its own informers have synced, not every one: each
+    must count every cache its passes read among them, or a pass would read one still
+    listing (the orphan controller would see every Slice's owner missing)."""
+    sources = {
+        c.name: sorted(i.resource.plural for i in c.sources) for c in env.manager.controllers
+    }
+    slices = ["inferencereplicas", "nodes", "pods", "slices"]
+    assert sources == {
+        "inferencereplica": slices,
+        "tpuslice": slices,
+        "tpuslice-orphans": slices,
+        "inferenceservice": sorted(
+            [
+                "inferenceservices",
+                "inferencereplicas",
+                "servingruntimes",
+                "clusterservingruntimes",
+                "basemodels",
+                "clusterbasemodels",
+            ]
+        ),
+    }
+
+
 def test_a_multi_host_instance_shares_one_slice(env: Env) -> None:
     svc = opted(leader={}, worker={"size": 1})
     svc["spec"]["engine"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"] = "2x2x2"

@@ -132,12 +132,12 @@ def setup_controllers(
         manager.registry.register(
             SliceGauge(
                 lambda: [s for s in map(slices.slice_view, informer.peek_list()) if s.owner_uid],
-                manager.is_leader,
+                manager.leads_with_synced_caches,
                 lambda: {str(r["metadata"].get("uid")) for r in replicas.peek_list()},
                 config.slice.ready_states,
             )
         )
-        manager.registry.register(CacheChipTime(slices, manager.is_leader))
+        manager.registry.register(CacheChipTime(slices, manager.leads_with_synced_caches))
         log.info(
             messages.provisioning_on(
                 {name: acc.topologies for name, acc in config.accelerators.items()},

@@ -6,6 +6,11 @@ A reconcile returns a ``Result`` or raises. An error requeues the key with rate 
 error is logged in one line, any other exception (a bug) with its traceback; both are
 counted and retried. ``look_after`` is a timer that queues its key only if a look, once it
 is due, says so. It knows nothing of TPUs.
+
+Its workers take keys only once every informer its passes read (``sources``: those it
+watches, and those named with ``reads``) has synced, as each controller-runtime controller
+waits for its own sources: a controller whose caches are small starts while the others still
+list.
 """
 
 from __future__ import annotations
@@ -169,6 +174,13 @@ class Controller:
         #: unnamed queue, which records no metrics
         self._looks = DelayingQueue()
         self._threads: list[threading.Thread] = []
+        #: the informers whose caches the passes read: a worker takes no key before each has
+        #: synced (filled by ``watch`` and ``reads`` while wiring, read-only once started)
+        self.sources: list[Informer] = []
+        #: set by ``stop``: a worker still waiting for the sources gives up
+        self._stopping = threading.Event()
+        #: set by the first worker to see every source synced
+        self._synced = threading.Event()
         # Every series starts at zero, as controller-runtime's do; each pass counts in its
         # own (looked up once here, not twice per reconcile).
         self._totals = {result: self.metrics.total.labels(name, result) for result in RESULTS}
@@ -179,6 +191,17 @@ class Controller:
 
     def enqueue(self, key: str, priority: int = PRIORITY_NORMAL) -> None:
         self.queue.add(key, priority)
+
+    def reads(self, *informers: Informer) -> None:
+        """Name informers whose caches the passes read without watching them (``watch``
+        names those it watches): no pass runs before they have synced."""
+        for informer in informers:
+            if informer not in self.sources:
+                self.sources.append(informer)
+
+    def synced(self) -> bool:
+        """Whether the workers take keys: every source has synced (and ``start`` ran)."""
+        return self._synced.is_set()
 
     def look_after(self, key: str, delay: float) -> None:
         """Have ``look`` see ``key`` once ``delay`` seconds have passed (a key asked for twice
@@ -212,7 +235,10 @@ class Controller:
         every one of them, not once per controller."""
         mapper: KeysOf = keys or (lambda obj: [object_key(obj)])
         rank: Prioritize = priority or (lambda _old, _new: PRIORITY_NORMAL)
+        also = list(also)
         queues = [self.queue, *(c.queue for c in also)]
+        for controller in (self, *also):
+            controller.reads(informer)
 
         def add(obj: JSON) -> None:
             level = rank(None, obj) if informer.has_synced() else PRIORITY_LOW
@@ -240,6 +266,8 @@ class Controller:
     # -- workers -------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the workers (and the looks' thread); each waits for the sources to sync
+        before it takes a key."""
         for i in range(self.workers):
             t = threading.Thread(target=self._work, name=f"{self.name}-worker-{i}", daemon=True)
             t.start()
@@ -252,8 +280,10 @@ class Controller:
     def stop(self, timeout: float = 30.0, drain: bool = True) -> bool:
         """Stop taking keys and wait for in-flight reconciles; True if they finished. With
         ``drain``, the keys already queued are reconciled first (a graceful stop); without,
-        they are dropped: for a process that must stop acting at once (its lease is lost)."""
-        if not drain:
+        they are dropped: for a process that must stop acting at once (its lease is lost). Keys
+        queued while the sources never synced are dropped too: no pass could run them."""
+        self._stopping.set()
+        if not drain or not self._synced.is_set():
             dropped = self.queue.shut_down_and_drop()
             if dropped:
                 log.info("%s: dropped %d queued keys", self.name, dropped)
@@ -266,7 +296,20 @@ class Controller:
         self._threads.clear()
         return drained
 
+    def _sources_synced(self) -> bool:
+        """Wait until every source has synced (True), or until ``stop`` (False)."""
+        for informer in self.sources:
+            while not informer.wait_for_sync(0.2):
+                if self._stopping.is_set():
+                    return False
+        if self._stopping.is_set():
+            return False
+        self._synced.set()
+        return True
+
     def _work(self) -> None:
+        if not self._sources_synced():
+            return
         while True:
             key = self.queue.get()
             if key is None:
@@ -282,6 +325,8 @@ class Controller:
         with its traceback and asks for nothing."""
         look = self.look
         assert look is not None
+        if not self._sources_synced():
+            return
         while True:
             key = self._looks.get()
             if key is None:

@@ -3,10 +3,14 @@ API client, event recorders, leader election, health and readiness probes, metri
 orderly stop. Controllers own decisions; the manager never makes one. It knows nothing of
 TPUs.
 
-Order of a run: probes, metrics and admission webhooks up; informers started and synced
-(then ready, once the webhook holds its certificate too); the leader (or, without election,
-every replica) starts the controllers; on stop, controllers drain, the lease is released,
-informers and servers stop. Webhooks are served by every replica, leader or not.
+Order of a run: probes, metrics and admission webhooks up; informers started; the leader
+(or, without election, every replica) starts the controllers, each of whose workers waits
+for its own informers to sync (as controller-runtime's controllers wait for their sources),
+so a controller with small caches starts while the large ones still list; ready once every
+informer has synced (and the webhook holds its certificate). Caches that do not sync within
+``cache_sync_timeout`` stop the run with ``TimeoutError``. On stop, controllers drain, the
+lease is released, informers and servers stop. Webhooks are served by every replica, leader
+or not.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
@@ -189,6 +194,12 @@ class Manager:
     def is_leader(self) -> bool:
         return self._leading.is_set()
 
+    def leads_with_synced_caches(self) -> bool:
+        """Whether this replica leads and every informer has synced: what a metric computed
+        from the caches at scrape time needs (others report nothing; a cache still listing
+        would show, say, every Slice as an orphan)."""
+        return self._leading.is_set() and self.informers.has_synced()
+
     def _may_write(self) -> bool:
         """With leader election: only while the lease is held, and judged by the elector's
         clock (its last renewal within the renew deadline), not by whether the controllers
@@ -208,33 +219,52 @@ class Manager:
         for recorder in self._recorders:
             recorder.start()
         self.informers.start()
+        unsynced: list[str] = []
+        ended = threading.Event()
+        watch = threading.Thread(
+            target=self._watch_caches,
+            args=(stop, ended, unsynced),
+            name="cache-sync",
+            daemon=True,
+        )
         try:
             if started is not None:
                 started()
-            if not self._wait_for_caches(stop):
-                return EXIT_OK
-            log.info("informer caches synced")
+            watch.start()
             if not self.options.leader_elect:
                 self._lead(stop)
-                return EXIT_OK
-            return self._run_elected(stop)
+                code = EXIT_OK
+            else:
+                code = self._run_elected(stop)
+            ended.set()
+            watch.join()
+            if unsynced:
+                raise TimeoutError(unsynced[0])
+            return code
         finally:
+            ended.set()
             for recorder in self._recorders:
                 recorder.stop()
             self.informers.stop()
             self._stop_servers()
 
-    def _wait_for_caches(self, stop: threading.Event) -> bool:
-        waited = 0.0
+    def _watch_caches(
+        self, stop: threading.Event, ended: threading.Event, unsynced: list[str]
+    ) -> None:
+        """Log once every informer has synced. Past ``cache_sync_timeout``, say why in
+        ``unsynced`` and set ``stop``: the run winds down and raises ``TimeoutError``. Gives
+        up when the run ends (``stop``, or ``ended``: leadership lost)."""
+        deadline = time.monotonic() + self.options.cache_sync_timeout
         while not self.informers.wait_for_sync(0.2):
-            if stop.is_set():
-                return False
-            waited += 0.2
-            if waited >= self.options.cache_sync_timeout:
-                raise TimeoutError(
+            if stop.is_set() or ended.is_set():
+                return
+            if time.monotonic() >= deadline:
+                unsynced.append(
                     f"informer caches did not sync within {self.options.cache_sync_timeout:.0f}s"
                 )
-        return not stop.is_set()
+                stop.set()
+                return
+        log.info("informer caches synced")
 
     def _lead(self, stop_leading: threading.Event, stop: threading.Event | None = None) -> None:
         """Run the controllers until ``stop_leading`` is set, then stop them: drained when

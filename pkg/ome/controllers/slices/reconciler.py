@@ -536,6 +536,7 @@ class SliceReconcilers:
         c = Controller("tpuslice-orphans", self.collect_orphans, workers=1)
         self._orphans = c
         c.watch(self.slices, keys=self.orphan_keys)
+        c.reads(self.replicas, self.pods, self.holders, self.nodes)
 
         def gone(obj: JSON | DeletedFinalStateUnknown) -> None:
             for uid in uid_of(deleted_object(obj)):
