@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -40,14 +39,6 @@ class Looks:
         if isinstance(answer, Exception):
             raise answer
         return answer
-
-
-@pytest.fixture
-def stopped() -> Iterator[list[Controller]]:
-    started: list[Controller] = []
-    yield started
-    for c in started:
-        c.stop(timeout=5)
 
 
 def run(looks: Looks, stopped: list[Controller]) -> None:

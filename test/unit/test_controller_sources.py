@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 from prometheus_client import CollectorRegistry
 
 from ome.kube import JSON
@@ -64,23 +62,15 @@ class Passes:
         return None
 
 
-@pytest.fixture
-def started() -> Iterator[list[Controller]]:
-    running: list[Controller] = []
-    yield running
-    for c in running:
-        c.stop(timeout=5)
-
-
 def test_no_pass_runs_until_a_source_it_only_reads_has_synced(
-    started: list[Controller],
+    stopped: list[Controller],
 ) -> None:
     watched, read = Listing(synced=True), Listing()
     p = Passes("reader")
     p.controller.watch(watched)  # type: ignore[arg-type]
     p.controller.reads(read)  # type: ignore[arg-type]
     watched.add("a")
-    started.append(p.controller)
+    stopped.append(p.controller)
     p.controller.start()
     assert read.waited.wait(5), "a worker waits for the informer it reads"
     assert p.keys == [] and not p.controller.synced()
@@ -90,7 +80,7 @@ def test_no_pass_runs_until_a_source_it_only_reads_has_synced(
 
 
 def test_a_controller_whose_caches_are_filled_runs_while_another_still_lists(
-    started: list[Controller],
+    stopped: list[Controller],
 ) -> None:
     small, large = Listing(synced=True), Listing()
     quick, slow = Passes("quick"), Passes("slow")
@@ -102,7 +92,7 @@ def test_a_controller_whose_caches_are_filled_runs_while_another_still_lists(
     quick.controller.reads(small)  # type: ignore[arg-type]  # named twice, kept once
     assert quick.controller.sources == [small, large]
     small.add("a")
-    started.extend([quick.controller, slow.controller])
+    stopped.extend([quick.controller, slow.controller])
     quick.controller.start()
     slow.controller.start()
     assert large.waited.wait(5)
@@ -111,7 +101,7 @@ def test_a_controller_whose_caches_are_filled_runs_while_another_still_lists(
     blocked = Passes("blocked")
     blocked.controller.watch(small)  # type: ignore[arg-type]
     blocked.controller.reads(other)  # type: ignore[arg-type]
-    started.append(blocked.controller)
+    stopped.append(blocked.controller)
     blocked.controller.start()
     eventually(lambda: quick.keys == ["ns/a"] and slow.keys == ["ns/a"], timeout=5)
     assert other.waited.wait(5)
