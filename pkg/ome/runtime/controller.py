@@ -199,10 +199,6 @@ class Controller:
             if informer not in self.sources:
                 self.sources.append(informer)
 
-    def synced(self) -> bool:
-        """Whether the workers take keys: every source has synced (and ``start`` ran)."""
-        return self._synced.is_set()
-
     def look_after(self, key: str, delay: float) -> None:
         """Have ``look`` see ``key`` once ``delay`` seconds have passed (a key asked for twice
         is seen at the earlier time), and queue the key then only if ``look`` says it is due

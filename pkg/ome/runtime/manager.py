@@ -198,7 +198,7 @@ class Manager:
         """Whether this replica leads and every informer has synced: what a metric computed
         from the caches at scrape time needs (others report nothing; a cache still listing
         would show, say, every Slice as an orphan)."""
-        return self._leading.is_set() and self.informers.has_synced()
+        return self.is_leader() and self.informers.has_synced()
 
     def _may_write(self) -> bool:
         """With leader election: only while the lease is held, and judged by the elector's
