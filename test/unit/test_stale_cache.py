@@ -259,6 +259,32 @@ def test_the_backoff_is_capped_and_forgotten_with_its_replica() -> None:
     assert backoff.hold("ns/r", 0, NOW + timedelta(seconds=1)) is None
 
 
+def test_forgetting_a_replica_keeps_the_backoff_of_the_others() -> None:
+    backoff = RebuildBackoff()
+    for key in ("ns/r", "ns/r2", "other/r"):
+        for i in range(40):
+            backoff.rebuilt(key, 1, NOW + timedelta(milliseconds=i))
+    backoff.forget("ns/r")
+    for key in ("ns/r2", "other/r"):
+        held = backoff.hold(key, 1, NOW + timedelta(seconds=1))
+        assert held is not None and held[0].message.endswith("waits 5m0s")
+    assert backoff.hold("ns/r", 1, NOW + timedelta(seconds=1)) is None
+
+
+def test_rebuilds_older_than_the_window_hold_nothing_and_count_afresh() -> None:
+    backoff = RebuildBackoff(allowed=2, window=timedelta(minutes=10))
+    for i in range(3):
+        backoff.rebuilt("ns/r", 0, NOW + timedelta(seconds=i))
+    assert backoff.hold("ns/r", 0, NOW + timedelta(seconds=3)) is not None
+    later = NOW + timedelta(minutes=11)
+    assert backoff.hold("ns/r", 0, later) is None
+    backoff.rebuilt("ns/r", 0, later)
+    backoff.rebuilt("ns/r", 0, later)
+    assert backoff.hold("ns/r", 0, later) is None  # two in the window: allowed
+    backoff.rebuilt("ns/r", 0, later)
+    assert backoff.hold("ns/r", 0, later) is not None
+
+
 # -- what wakes a service ------------------------------------------------------------------------
 
 

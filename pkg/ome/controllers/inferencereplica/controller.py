@@ -89,41 +89,53 @@ class RebuildBackoff:
     Written here rather than taken from the workqueue's rate limiter: that one spaces the
     passes of a whole replica, while this holds one Instance and lets the others go on.
 
-    Invariants, under ``_lock``: ``_times[(key, index)]`` are the times of that Instance's
-    rebuilds within the last ``window``, oldest first; ``_told`` is the rebuild count last
-    logged for it, so each backoff is logged once.
+    Invariants, under ``_lock``: ``_times[key][index]`` are the times of that Instance's
+    rebuilds within the last ``window``, oldest first, and only Instances rebuilt within it
+    have an entry; ``_told[key][index]`` is the rebuild count last logged for it, so each
+    backoff is logged once. Both are keyed by replica first, so that forgetting a replica
+    touches only its own entries: a scan of every entry made each deletion in a burst of
+    2,000 cost as much as the burst's size.
     """
 
     def __init__(self, allowed: int = REBUILDS_ALLOWED, window: timedelta = REBUILD_WINDOW) -> None:
         self.allowed, self.window = allowed, window
         self._lock = threading.Lock()
-        self._times: dict[tuple[str, int], list[datetime]] = {}
-        self._told: dict[tuple[str, int], int] = {}
+        self._times: dict[str, dict[int, list[datetime]]] = {}
+        self._told: dict[str, dict[int, int]] = {}
 
     def rebuilt(self, key: str, index: int, now: datetime) -> None:
         with self._lock:
-            times = self._recent(key, index, now)
-            times.append(now)
+            times = [*self._recent(key, index, now), now]
+            self._times.setdefault(key, {})[index] = times
 
     def hold(self, key: str, index: int, now: datetime) -> tuple[Hold, float] | None:
         """The hold on ``index``'s next rebuild, and the seconds it has left; None to go."""
         with self._lock:
             times = self._recent(key, index, now)
             held = decide.rebuild_hold(index, times, now, self.allowed, self.window)
-            if held is not None and self._told.get((key, index)) != len(times):
-                self._told[(key, index)] = len(times)
+            told = self._told.setdefault(key, {}) if held is not None else {}
+            if held is not None and told.get(index) != len(times):
+                told[index] = len(times)
                 log.warning("%s: %s", key, held[0].message)
             return held
 
     def forget(self, key: str) -> None:
         with self._lock:
-            for table in (self._times, self._told):
-                for k in [k for k in table if k[0] == key]:
-                    del table[k]
+            self._times.pop(key, None)
+            self._told.pop(key, None)
 
     def _recent(self, key: str, index: int, now: datetime) -> list[datetime]:
-        times = decide.recent(self._times.get((key, index), []), now, self.window)
-        self._times[(key, index)] = times
+        """The Instance's rebuilds within the window; its entry dropped once there are none."""
+        by_index = self._times.get(key)
+        if by_index is None or index not in by_index:
+            return []
+        times = decide.recent(by_index[index], now, self.window)
+        if times:
+            by_index[index] = times
+        else:
+            del by_index[index]
+            if not by_index:
+                del self._times[key]
         return times
 
 
