@@ -285,6 +285,21 @@ def test_rebuilds_older_than_the_window_hold_nothing_and_count_afresh() -> None:
     assert backoff.hold("ns/r", 0, later) is not None
 
 
+def test_a_backoff_after_the_window_emptied_is_logged_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Two backoffs of three rebuilds each, an hour apart: an operator reading the log sees
+    # both, not only the first (the second has the same count, and was once taken as told).
+    backoff = RebuildBackoff(allowed=2, window=timedelta(minutes=10))
+    later = NOW + timedelta(hours=1)
+    with caplog.at_level(logging.WARNING, logger="ome.controllers.inferencereplica.controller"):
+        for start in (NOW, later):
+            for i in range(3):
+                backoff.rebuilt("ns/r", 0, start + timedelta(seconds=i))
+            assert backoff.hold("ns/r", 0, start + timedelta(seconds=3)) is not None
+    assert len(caplog.records) == 2
+
+
 # -- what wakes a service ------------------------------------------------------------------------
 
 

@@ -91,10 +91,10 @@ class RebuildBackoff:
 
     Invariants, under ``_lock``: ``_times[key][index]`` are the times of that Instance's
     rebuilds within the last ``window``, oldest first, and only Instances rebuilt within it
-    have an entry; ``_told[key][index]`` is the rebuild count last logged for it, so each
-    backoff is logged once. Both are keyed by replica first, so that forgetting a replica
-    touches only its own entries: a scan of every entry made each deletion in a burst of
-    2,000 cost as much as the burst's size.
+    have an entry; ``_told[key][index]`` is the rebuild count last logged for it while it
+    has one, so each backoff is logged once. Both are keyed by replica first, so that
+    forgetting a replica touches only its own entries: a scan of every entry made each
+    deletion in a burst of 2,000 cost as much as the burst's size.
     """
 
     def __init__(self, allowed: int = REBUILDS_ALLOWED, window: timedelta = REBUILD_WINDOW) -> None:
@@ -113,10 +113,11 @@ class RebuildBackoff:
         with self._lock:
             times = self._recent(key, index, now)
             held = decide.rebuild_hold(index, times, now, self.allowed, self.window)
-            told = self._told.setdefault(key, {}) if held is not None else {}
-            if held is not None and told.get(index) != len(times):
-                told[index] = len(times)
-                log.warning("%s: %s", key, held[0].message)
+            if held is not None:
+                told = self._told.setdefault(key, {})
+                if told.get(index) != len(times):
+                    told[index] = len(times)
+                    log.warning("%s: %s", key, held[0].message)
             return held
 
     def forget(self, key: str) -> None:
@@ -125,17 +126,21 @@ class RebuildBackoff:
             self._told.pop(key, None)
 
     def _recent(self, key: str, index: int, now: datetime) -> list[datetime]:
-        """The Instance's rebuilds within the window; its entry dropped once there are none."""
+        """The Instance's rebuilds within the window. Once there are none, its entries go,
+        what was logged of it too: a later backoff is another one, logged again."""
         by_index = self._times.get(key)
         if by_index is None or index not in by_index:
             return []
         times = decide.recent(by_index[index], now, self.window)
         if times:
             by_index[index] = times
-        else:
-            del by_index[index]
-            if not by_index:
-                del self._times[key]
+            return times
+        for table in (self._times, self._told):
+            entries = table.get(key)
+            if entries is not None:
+                entries.pop(index, None)
+                if not entries:
+                    del table[key]
         return times
 
 
