@@ -738,18 +738,72 @@ def test_a_key_woken_low_goes_after_later_normal_keys() -> None:
     assert drain_now(q) == ["a", "woken"]
 
 
-def test_a_delayed_key_already_queued_is_raised_when_due() -> None:
+def test_a_timer_on_a_queued_key_raises_it_at_once_and_waits_no_more() -> None:
+    """controller-runtime's priority queue: one entry per key, and this one is due now."""
     clock = FakeClock()
     q = DelayingQueue(clock=clock)
     q.add("a")
     q.add("b")
     q.add_after("b", 1, PRIORITY_HIGH)
-    assert drain_now(q) == ["a", "b"]
-    q.add("a")
-    q.add("b")
-    clock.advance(1)
-    assert len(q) == 2
     assert drain_now(q) == ["b", "a"]
+    clock.advance(1)
+    assert drain_now(q) == []  # its pass ran: it would have asked for another timer
+
+
+def test_adding_a_key_now_takes_its_waiting_timer_and_its_priority_with_it() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add_after("held", 5, PRIORITY_HIGH)  # a wait's timer...
+    q.add("a")
+    q.add("held")  # ...ended early by an event
+    assert drain_now(q) == ["held", "a"]
+    clock.advance(5)
+    assert drain_now(q) == []  # no pass for a wait that is over
+
+
+def test_a_timer_asked_for_while_the_key_is_added_again_during_its_pass_is_dropped() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add("x")
+    assert q.get(timeout=0) == "x"
+    q.add("x")  # an event during the pass
+    q.add_after("x", 1)  # the pass's own timer
+    q.done("x")
+    assert drain_now(q) == ["x"]  # the event's pass, which asks for its own timer
+    clock.advance(1)
+    assert drain_now(q) == []
+
+
+def test_a_timer_set_during_a_pass_with_no_event_fires() -> None:
+    clock = FakeClock()
+    q = DelayingQueue(clock=clock)
+    q.add("x")
+    assert q.get(timeout=0) == "x"
+    q.add_after("x", 1)
+    q.done("x")
+    assert drain_now(q) == []
+    clock.advance(1)
+    assert drain_now(q) == ["x"]
+
+
+def test_a_retry_waits_its_whole_delay_whatever_adds_the_key_meanwhile() -> None:
+    """client-go's: an event's pass runs now, and the retry still comes when it is due."""
+    clock = FakeClock()
+    limiter = ScriptedLimiter()
+    limiter.next_wait = 2
+    q = RateLimitingQueue(limiter, clock=clock)
+    q.add("x")
+    assert q.get(timeout=0) == "x"
+    q.add("x")  # an event during the failing pass
+    q.add_rate_limited("x")
+    q.done("x")
+    assert drain_now(q) == ["x"]
+    q.add("x")  # and another after it
+    assert drain_now(q) == ["x"]
+    clock.advance(1)
+    assert drain_now(q) == []
+    clock.advance(1)
+    assert drain_now(q) == ["x"]
 
 
 def test_add_after_twice_keeps_the_earlier_due_time_and_the_higher_priority() -> None:
@@ -1000,7 +1054,8 @@ class WorkQueueModel(RuleBasedStateMachine):
         self.queued: dict[int, tuple[int, int]] = {}  # key -> (priority, order first queued)
         self.dirty: dict[int, int] = {}  # key -> priority
         self.processing: set[int] = set()
-        self.waiting: dict[int, tuple[float, int, int]] = {}  # key -> (due, order, priority)
+        # key -> (due, order, priority, whether any of its delays was a retry)
+        self.waiting: dict[int, tuple[float, int, int, bool]] = {}
         self.order = 0
         self.retries = 0
         self.shut = False
@@ -1012,6 +1067,9 @@ class WorkQueueModel(RuleBasedStateMachine):
     def _model_add(self, key: int, priority: int) -> None:
         if self.shut:
             return
+        if key in self.waiting and not self.waiting[key][3]:
+            # due now: its timer goes, and its priority with it
+            priority = max(priority, self.waiting.pop(key)[2])
         if key in self.dirty:
             if priority > self.dirty[key]:
                 self.dirty[key] = priority
@@ -1022,20 +1080,24 @@ class WorkQueueModel(RuleBasedStateMachine):
         if key not in self.processing:
             self.queued[key] = (priority, self._next_order())
 
-    def _model_add_after(self, key: int, delay: float, priority: int) -> None:
+    def _model_add_after(self, key: int, delay: float, priority: int, retry: bool) -> None:
         if self.shut:
             return
         if delay <= 0:
             self._model_add(key, priority)
             return
+        if not retry and key in self.dirty:
+            self._model_add(key, priority)  # due a pass already: no timer, at most raised
+            return
         due = self.clock.now + delay
         if key in self.waiting:
-            old_due, order, old_priority = self.waiting[key]
+            old_due, order, old_priority, old_retry = self.waiting[key]
             priority = max(priority, old_priority)
+            retry = retry or old_retry
             if old_due <= due:
-                self.waiting[key] = (old_due, order, priority)
+                self.waiting[key] = (old_due, order, priority, retry)
                 return
-        self.waiting[key] = (due, self._next_order(), priority)
+        self.waiting[key] = (due, self._next_order(), priority, retry)
 
     @rule(key=keys, priority=priorities)
     def add(self, key: int, priority: int) -> None:
@@ -1045,7 +1107,7 @@ class WorkQueueModel(RuleBasedStateMachine):
     @rule(key=keys, delay=st.integers(-1, 3), priority=priorities)
     def add_after(self, key: int, delay: int, priority: int) -> None:
         self.q.add_after(key, delay, priority)
-        self._model_add_after(key, delay, priority)
+        self._model_add_after(key, delay, priority, retry=False)
 
     @rule(key=keys, wait=st.integers(0, 3), priority=priorities)
     def add_rate_limited(self, key: int, wait: int, priority: int) -> None:
@@ -1057,18 +1119,19 @@ class WorkQueueModel(RuleBasedStateMachine):
             return
         assert self.limiter.num_requeues(key) == failures + 1
         self.retries += 1
-        self._model_add_after(key, wait, priority)  # the limiter's wait, whatever the priority
+        # the limiter's wait, whatever the priority and whatever adds the key meanwhile
+        self._model_add_after(key, wait, priority, retry=True)
 
     @rule(seconds=st.integers(1, 3))
     def advance(self, seconds: int) -> None:
         self.clock.advance(seconds)
         due = sorted(
             (due, order, key)
-            for key, (due, order, _) in self.waiting.items()
+            for key, (due, order, _, _) in self.waiting.items()
             if due <= self.clock.now
         )
         for _, _, key in due:
-            _, _, priority = self.waiting.pop(key)
+            _, _, priority, _ = self.waiting.pop(key)
             self._model_add(key, priority)
 
     @rule()
@@ -1114,6 +1177,9 @@ class WorkQueueModel(RuleBasedStateMachine):
         assert self.q.shutting_down == self.shut
         assert set(self.queued) == set(self.dirty) - self.processing
         assert not set(self.queued) & self.processing
+        # what waits, and which waits are retries (a timer on a key due a pass is gone)
+        assert set(self.q._ready_at) == set(self.waiting)
+        assert self.q._retrying == {k for k, w in self.waiting.items() if w[3]}
 
     @invariant()
     def depth_per_priority_is_the_dirty_keys_at_it(self) -> None:

@@ -502,12 +502,23 @@ class WorkQueue:
 class DelayingQueue(WorkQueue):
     """A ``WorkQueue`` whose keys can be added after a delay, at a priority.
 
+    A delay is a timer or a retry (``RateLimitingQueue.add_rate_limited``). A timer asks for a
+    pass by then, as controller-runtime's priority queue has it (one entry per key, waiting or
+    ready): a key already due a pass (queued, or added while it is processed) waits no more,
+    and adding a key now takes its waiting timer with it, since the pass it is due runs
+    sooner and asks for its own timer. Without this, a timer set for a wait that an event has
+    already ended (a held Instance's Slice turning ready) still woke the key for a pass that
+    found nothing to do: at 2,000 services at once, about two passes per service. A retry
+    waits its whole delay whatever else adds the key, as client-go's does.
+
     Invariants (under ``_lock``), besides ``WorkQueue``'s:
     - ``_ready_at`` maps each waiting key to the ``(due, sequence)`` of its one live entry in
-      ``_waiting``; a key waits at most once, and a second ``add_after`` only ever moves it
-      earlier, as client-go does.
+      ``_waiting``; a key waits at most once, and a second delay only ever moves it earlier,
+      as client-go does. No key waits on a timer alone while it is in ``_dirty``.
     - ``_delayed_priority`` has the keys of ``_ready_at``: the highest priority each waiting
       key was delayed with, the one it is added with when due.
+    - ``_retrying`` holds the keys of ``_ready_at`` that any of their delays was a retry for:
+      an add now leaves their wait where it is.
     - ``_waiting`` is a heap of (due, sequence, key) holding the live entry of each waiting
       key, plus stale entries (matching no ``_ready_at`` value) skipped when popped; keys due
       at the same time come out in the order they were delayed.
@@ -523,34 +534,55 @@ class DelayingQueue(WorkQueue):
         self._waiting: list[tuple[float, int, Item]] = []
         self._ready_at: dict[Item, tuple[float, int]] = {}
         self._delayed_priority: dict[Item, int] = {}
+        self._retrying: set[Item] = set()
 
     def add_after(self, item: Item, delay: float, priority: int = PRIORITY_NORMAL) -> None:
         """Add ``item`` at ``priority`` once ``delay`` seconds have passed on the clock; now if
         ``delay <= 0``. A key already waiting keeps the earlier of its two due times and the
-        higher of its two priorities."""
+        higher of its two priorities; a key already due a pass (queued, or added again while
+        it is processed) does not wait at all (it only rises to ``priority`` if that is
+        higher): that pass runs first."""
         _check_item(item)
         _check_priority(priority)
         with self._lock:
-            if self._shutting_down:
+            self._add_after_locked(item, delay, priority, retry=False)
+
+    def _add_after_locked(self, item: Item, delay: float, priority: int, retry: bool) -> None:
+        if self._shutting_down:
+            return
+        if delay <= 0:
+            self._add_locked(item, priority)
+            return
+        current_priority = self._dirty.get(item)
+        if not retry and current_priority is not None:
+            if priority > current_priority:  # due now, as controller-runtime has it
+                self._raise_locked(item, current_priority, priority)
+            return
+        ready = self._clock() + delay
+        current = self._ready_at.get(item)
+        if retry:
+            self._retrying.add(item)
+        if current is not None:
+            self._delayed_priority[item] = max(self._delayed_priority[item], priority)
+            if current[0] <= ready:
                 return
-            if delay <= 0:
-                self._add_locked(item, priority)
-                return
-            ready = self._clock() + delay
-            current = self._ready_at.get(item)
-            if current is not None:
-                self._delayed_priority[item] = max(self._delayed_priority[item], priority)
-                if current[0] <= ready:
-                    return
-            else:
-                self._delayed_priority[item] = priority
-            earliest = self._earliest_locked()
-            entry = (ready, next(self._sequence))
-            self._ready_at[item] = entry
-            heapq.heappush(self._waiting, (*entry, item))
-            if earliest is None or ready < earliest:
-                # Getters sleep until the old earliest due time: have them look again.
-                self._not_empty.notify_all()
+        else:
+            self._delayed_priority[item] = priority
+        earliest = self._earliest_locked()
+        entry = (ready, next(self._sequence))
+        self._ready_at[item] = entry
+        heapq.heappush(self._waiting, (*entry, item))
+        if earliest is None or ready < earliest:
+            # Getters sleep until the old earliest due time: have them look again.
+            self._not_empty.notify_all()
+
+    def _add_locked(self, item: Item, priority: int) -> None:
+        """Add ``item`` now; a timer it waits on goes with it (its priority too), since the
+        pass it is now due runs first. A retry it waits on stays."""
+        if not self._shutting_down and item in self._ready_at and item not in self._retrying:
+            del self._ready_at[item]  # its heap entry is stale from now on
+            priority = max(priority, self._delayed_priority.pop(item))
+        super()._add_locked(item, priority)
 
     def _earliest_locked(self) -> float | None:
         while self._waiting:
@@ -567,6 +599,7 @@ class DelayingQueue(WorkQueue):
         while (earliest := self._earliest_locked()) is not None and earliest <= now:
             _, _, item = heapq.heappop(self._waiting)
             del self._ready_at[item]
+            self._retrying.discard(item)
             self._add_locked(item, self._delayed_priority.pop(item))
         if earliest is None:
             return None
@@ -576,6 +609,7 @@ class DelayingQueue(WorkQueue):
         self._waiting.clear()
         self._ready_at.clear()
         self._delayed_priority.clear()
+        self._retrying.clear()
         super()._shut_down_locked()
 
 
@@ -603,7 +637,9 @@ class RateLimitingQueue(DelayingQueue):
             return
         if self._metrics is not None:
             self._metrics.retried()
-        self.add_after(item, self._limiter.when(item), priority)
+        delay = self._limiter.when(item)
+        with self._lock:
+            self._add_after_locked(item, delay, priority, retry=True)
 
     def forget(self, item: Item) -> None:
         """The key succeeded (or is given up on): its rate limiter starts afresh."""
