@@ -508,7 +508,7 @@ class DelayingQueue(WorkQueue):
     and adding a key now takes its waiting timer with it, since the pass it is due runs
     sooner and asks for its own timer. Without this, a timer set for a wait that an event has
     already ended (a held Instance's Slice turning ready) still woke the key for a pass that
-    found nothing to do: at 2,000 services at once, about two passes per service. A retry
+    found nothing to do: at 2,000 services at once, 2.7 passes per service. A retry
     waits its whole delay whatever else adds the key, as client-go's does.
 
     Invariants (under ``_lock``), besides ``WorkQueue``'s:
