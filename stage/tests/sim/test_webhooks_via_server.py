@@ -4,10 +4,12 @@ self-signed CA, as seen by the official client and by kubectl."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 from test.cluster import Cluster, Kubectl
+from test.helpers import eventually
 from test.manifests import WIDGET_CRD, install, widget
 from test.webhooks import WebhookServer, allow, config, deny, webhook
 
@@ -31,6 +33,21 @@ def _widget_hook(url: str, ca: KeyPair, **fields: object) -> dict:
     )
 
 
+def _in_effect(cluster: Cluster, answered: Callable[[int, dict[str, str]], bool]) -> None:
+    """Wait until a widget's dry-run create (nothing stored; a webhook without side effects
+    is still called) is ``answered`` as the webhook configuration just written says.
+    kube-apiserver reads webhook configurations through an informer, so a change takes
+    effect a moment after it is stored; the embedded server applies it at once."""
+
+    def probe() -> bool:
+        status, _, headers = cluster.request(
+            "POST", "/apis/example.com/v1/namespaces/default/widgets?dryRun=All", widget("probe")
+        )
+        return answered(status, headers)
+
+    eventually(probe, timeout=30)
+
+
 @pytest.mark.conformance
 def test_a_webhook_denial_reaches_the_client_in_kube_wording(
     cluster: Cluster, kubectl: Kubectl, server: WebhookServer, ca: KeyPair
@@ -41,6 +58,7 @@ def test_a_webhook_denial_reaches_the_client_in_kube_wording(
     )
     url = f"https://127.0.0.1:{server.port}/deny"
     kubectl("apply", "-f", "-", input=json.dumps(config("widgets", _widget_hook(url, ca))))
+    _in_effect(cluster, lambda status, _: status == 403)
     with pytest.raises(ApiException) as e:
         cluster.custom().create_namespaced_custom_object(
             "example.com", "v1", "default", "widgets", widget("w", size="large")
@@ -80,6 +98,7 @@ def test_an_allowing_webhook_lets_the_write_through_with_its_warnings(
         "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
         config("widgets", _widget_hook(url, ca)),
     )
+    _in_effect(cluster, lambda _, headers: "widgets are experimental" in headers.get("Warning", ""))
     out = kubectl("apply", "-f", "-", input=json.dumps(widget("w")))
     assert "widget.example.com/w created" in out.stdout
     assert "widgets are experimental" in out.stderr
@@ -97,6 +116,7 @@ def test_an_unreachable_webhook_fails_closed_or_open_by_failure_policy(
         config("closed", _widget_hook(dead, ca)),
     )
     assert status == 201
+    _in_effect(cluster, lambda status, _: status == 500)
     with pytest.raises(ApiException) as e:
         cluster.custom().create_namespaced_custom_object(
             "example.com", "v1", "default", "widgets", widget("w")
@@ -111,6 +131,7 @@ def test_an_unreachable_webhook_fails_closed_or_open_by_failure_policy(
         [{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}],
         headers={"Content-Type": "application/json-patch+json"},
     )
+    _in_effect(cluster, lambda status, _: status == 201)
     made = cluster.custom().create_namespaced_custom_object(
         "example.com", "v1", "default", "widgets", widget("w")
     )
