@@ -579,7 +579,7 @@ class DelayingQueue(WorkQueue):
     def _add_locked(self, item: Item, priority: int) -> None:
         """Add ``item`` now; a timer it waits on goes with it (its priority too), since the
         pass it is now due runs first. A retry it waits on stays."""
-        if not self._shutting_down and item in self._ready_at and item not in self._retrying:
+        if item in self._ready_at and item not in self._retrying:  # none wait once shut down
             del self._ready_at[item]  # its heap entry is stale from now on
             priority = max(priority, self._delayed_priority.pop(item))
         super()._add_locked(item, priority)
