@@ -8,8 +8,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ome.api.v1beta1 import LABEL_MANAGED_BY, MANAGED_BY_OMENATIVE
-from ome.controllers.slices.model import Replica
+from ome.controllers.slices.model import Replica, wanted_slots
 from ome.controllers.slices.reconciler import (
     SliceReconcilers,
     annotated_owner_keys,
@@ -93,7 +96,7 @@ CHIPS = {"limits": {CONFIG.chip_resource: "4"}, "requests": {CONFIG.chip_resourc
 
 def test_a_holders_status_only_update_wakes_no_one() -> None:
     """The holders' watch sees pods through ``holder_view``: a change of what G2 reads (its
-    node, phase, deletion, chips, slice selector) is news; a new resourceVersion alone, which
+    node, whether its phase is terminal, deletion, chips, slice selector) is news; a new resourceVersion alone, which
     is what a status change outside the view leaves, is not."""
     view = holder_view(CONFIG)
     pod = {
@@ -104,6 +107,10 @@ def test_a_holders_status_only_update_wakes_no_one() -> None:
     later = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "2"}}
     later["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     assert not holder_changed(view(pod), view(later))
+    # G2 reads of a phase only whether it is terminal: a bound holder starting to run (its
+    # kubelet's Pending to Running) is no news either.
+    pending = {**pod, "status": {"phase": "Pending"}}
+    assert not holder_changed(view(pending), view(later))
     done = {**later, "status": {"phase": "Succeeded"}}
     assert holder_changed(view(later), view(done))
     going = {
@@ -171,6 +178,80 @@ def test_a_replicas_row_reworded_or_ready_wakes_no_release_but_what_g3_reads_doe
     respec = with_(rv="15")
     respec["spec"] = {**respec["spec"], "replicas": 2}
     assert news(base, respec)
+
+
+def test_an_operations_progress_wakes_no_release_but_its_start_end_and_surge_do() -> None:
+    """G3 reads of a row's operation only whether there is one and its surge index. The
+    InferenceReplica pass moving an operation on (its step, progress time, waiting text,
+    retries) on each status write is no news to release and loss."""
+    news = routing_only().release_news
+    started = {**create_op(), "lastProgressAt": "2026-12-07T06:00:00Z", "waiting": None}
+    base = slicekit.replica(rows=[row(0, phase="Creating", operation=started)]).raw
+
+    def with_op(operation: JSON | None, rv: str) -> JSON:
+        changed = copy.deepcopy(base)
+        changed["metadata"]["resourceVersion"] = rv
+        changed["status"]["instanceStatuses"][0]["operation"] = operation
+        return changed
+
+    moved = {
+        **started,
+        "step": "WaitReady",
+        "lastProgressAt": "2026-12-07T06:00:09Z",
+        "waiting": {"reason": "SliceNotReady", "message": "TPU slice s is ACTIVATING"},
+        "retryCount": 1,
+        "capacityRefusedAt": "2026-12-07T06:00:05Z",
+    }
+    assert not news(base, with_op(moved, "8"))
+    assert news(base, with_op(None, "9"))
+    assert news(base, with_op({**started, "surgeIndex": 2}, "10"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "index": st.integers(0, 3),
+                "phase": st.sampled_from(["Creating", "Ready", "Deleting", "Restarting"]),
+                "activeOrdinal": st.integers(0, 1),
+                "operation": st.none() | st.builds(create_op, st.none() | st.integers(0, 5)),
+            }
+        ),
+        max_size=3,
+    ),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["step", "lastProgressAt", "waiting", "retryCount", "reason"]),
+            st.text(max_size=3),
+        ),
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_whatever_a_row_change_does_to_the_wanted_slots_wakes_release(
+    rows: list[JSON], progress: list[tuple[str, str]], multi: bool
+) -> None:
+    """The predicate never hides a change of what G3 wants: two versions of a replica whose
+    rows differ only in an operation's progress want the same slots, and a change that
+    moves the wanted slots is always news."""
+    news = routing_only().release_news
+    runners = slicekit.multi() if multi else None
+    before = slicekit.replica(runners, rows=rows).raw
+    after = copy.deepcopy(before)
+    after["metadata"]["resourceVersion"] = "8"
+    for r in after["status"]["instanceStatuses"]:
+        if r["operation"] is not None:
+            r["operation"].update(progress)
+    assert not news(before, after)
+    assert wanted_slots(Replica.from_json(before)) == wanted_slots(Replica.from_json(after))
+    for i, r in enumerate(after["status"]["instanceStatuses"]):
+        for change in ({"operation": None}, {"phase": "Deleting"}, {"activeOrdinal": 1}):
+            moved = copy.deepcopy(after)
+            moved["metadata"]["resourceVersion"] = "9"
+            moved["status"]["instanceStatuses"][i] = {**r, **change}
+            if wanted_slots(Replica.from_json(moved)) != wanted_slots(Replica.from_json(after)):
+                assert news(after, moved)
 
 
 def test_a_pods_readiness_wakes_no_release_but_where_it_runs_and_its_going_do() -> None:

@@ -210,6 +210,22 @@ def release_deferred(name: str, holders: Iterable[str]) -> Event:
     )
 
 
+def g3_reads(row: JSON) -> tuple[object, ...]:
+    """What ``wanted_slots`` reads of an Instance's row: its index, whether it is Deleting,
+    whether it has an operation and the operation's surge index, and its active ordinal. Not
+    the rest of the operation (its step, progress time, waiting text, retries), which the
+    InferenceReplica pass moves on at each status write. Two rows with equal reads want the
+    same slots (``test_slices_routing`` checks it as a property)."""
+    op = _map(row.get("operation"))
+    return (
+        _index(row.get("index")),
+        row.get("phase") == "Deleting",
+        bool(op),
+        _index(op.get("surgeIndex")),
+        _index(row.get("activeOrdinal")),
+    )
+
+
 def wanted_slots(replica: Replica) -> frozenset[Slot]:
     """G3: the slots the replica's Instances want a Slice for, from its stored rows. Multi-pod:
     slot (i, 0), plus the surge index's; single-pod with an operation: both ordinals; without,

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from ome.api.v1beta1 import LABEL_MANAGED_BY, MANAGED_BY_OMENATIVE
 from ome.controllers.holds import Gated
 from ome.controllers.inferencereplica.controller import Waiting, replica_key_of_pod
-from ome.kube import JSON
+from ome.kube import JSON, pod_terminal
 from ome.provider import gke
 from ome.runtime.client import Client
 from ome.runtime.controller import Controller, Result, gone_high
@@ -49,7 +49,7 @@ from ome.tpuslice.types import Config
 from . import messages, orphans, releases
 from .act import SliceActor
 from .metrics import SliceMetrics
-from .model import Pod, Replica, slots_of
+from .model import Pod, Replica, g3_reads, slots_of
 from .plan import GateObservation, ReleaseObservation, gate_pass, release_pass
 from .validation import Verdict, validate
 
@@ -454,13 +454,14 @@ class SliceReconcilers:
     def release_news(self, old: JSON, new: JSON) -> bool:
         """Whether a replica's update is news to release and loss: anything but its status
         and resourceVersion (its spec, labels, annotations, deletion), or what G3 wants Slices
-        from in its rows (index, Deleting, operation, active ordinal). The InferenceReplica
-        pass rewording a row (held, pods created, Ready) is not: they never read it."""
+        from in its rows (``g3_reads``: index, Deleting, an operation and its surge index,
+        active ordinal). The InferenceReplica pass rewording a row (held, pods created, Ready)
+        or moving its operation on is not: they never read it."""
         was, now = self.replica_view(old), self.replica_view(new)
         return (
             _without_version(old) != _without_version(new)
             or old.get("spec") != new.get("spec")
-            or list(map(_g3_reads, was.rows)) != list(map(_g3_reads, now.rows))
+            or list(map(g3_reads, was.rows)) != list(map(g3_reads, now.rows))
         )
 
     def pod_news(self, old: JSON, new: JSON) -> bool:
@@ -588,16 +589,6 @@ def uid_of(obj: JSON) -> list[str]:
     return [uid] if isinstance(uid, str) and uid else []
 
 
-def _g3_reads(row: JSON) -> tuple[object, ...]:
-    """What G3 (``wanted_slots``) reads of an Instance's row."""
-    return (
-        row.get("index"),
-        row.get("phase") == "Deleting",
-        row.get("operation"),
-        row.get("activeOrdinal"),
-    )
-
-
 def _without_version(obj: JSON) -> JSON:
     """An object's metadata but its resourceVersion (which every write changes)."""
     return {k: v for k, v in (obj.get("metadata") or {}).items() if k != "resourceVersion"}
@@ -615,11 +606,13 @@ def holder_event_priority(old: JSON | None, new: JSON | None) -> int:
 
 def holder_changed(old: JSON, new: JSON) -> bool:
     """Whether a pod's update, as ``holder_view`` keeps it, is news to G2: anything but its
-    resourceVersion (a status change the view does not keep)."""
+    resourceVersion (a status change the view does not keep) and its phase, of which G2
+    reads only whether it is terminal (a holder is a pod not Succeeded nor Failed): a
+    holder's kubelet starting it, Pending to Running, wakes no one."""
 
     def view(pod: JSON) -> JSON:
         meta = {k: v for k, v in (pod.get("metadata") or {}).items() if k != "resourceVersion"}
-        return {**pod, "metadata": meta}
+        return {**pod, "metadata": meta, "status": pod_terminal(pod)}
 
     return view(old) != view(new)
 
