@@ -209,6 +209,38 @@ def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_pr
         assert drain(controller.queue) == ["ns/owner-of-gone", "ns/owner-of-new"]
 
 
+def test_a_controller_that_reads_less_is_queued_only_what_it_reads() -> None:
+    """``changed_here``: an update that the shared predicate passes but this controller's
+    narrower one does not goes to the ``also`` controllers alone, routed once."""
+    routed: list[str] = []
+
+    def keys(o: JSON) -> list[str]:
+        routed.append(o["metadata"]["name"])
+        return [f"ns/owner-of-{o['metadata']['name']}"]
+
+    gated = Controller("gated", lambda _key: None, queue=RateLimitingQueue())
+    main = Controller("main", lambda _key: None, queue=RateLimitingQueue())
+    informer = _Informer()
+    informer.synced = True
+    main.watch(  # type: ignore[arg-type]
+        informer,
+        keys=keys,
+        changed=lambda old, new: old != new,
+        changed_here=lambda old, new: old.get("spec") != new.get("spec"),
+        also=[gated],
+    )
+    handler = informer.handler
+    assert handler is not None and handler.on_update
+    handler.on_update(obj("same"), obj("same"))  # news to neither
+    assert drain(main.queue) == drain(gated.queue) == []
+    handler.on_update(obj("status"), {**obj("status"), "status": {"phase": "Running"}})
+    assert drain(main.queue) == []
+    assert drain(gated.queue) == ["ns/owner-of-status"]
+    handler.on_update(obj("spec"), {**obj("spec"), "spec": {"x": 1}})
+    assert drain(main.queue) == drain(gated.queue) == ["ns/owner-of-spec"]
+    assert routed == ["status", "status", "spec", "spec"], "old and new keys, once per event"
+
+
 class _Cache(_Informer):
     """A synced fake informer that caches nothing: what the slice controller's watches and
     their routing read of the informers they are not fed through."""
@@ -225,9 +257,11 @@ class _Cache(_Informer):
 
 
 def test_a_slice_update_that_changes_nothing_either_controller_reads_wakes_neither() -> None:
-    """The slice controller and the passes it gates read a Slice as ``gke.parse`` does:
-    an update with a new resourceVersion and a finalizer or a provider's status field added
-    queues no pass; a change of its state queues both, at once."""
+    """The passes the slice controller gates read a Slice as ``gke.parse`` does: an update
+    with a new resourceVersion and a finalizer or a provider's status field added queues no
+    pass; a change of its state queues them. Release and loss read less of it (not its
+    state): only a change of what they read (its partitions, its deletion) queues the slice
+    controller too, routed once for both."""
     reconcilers = routing_only()
     for name in ("replicas", "pods", "slices", "nodes", "holders"):
         setattr(reconcilers, name, _Cache())
@@ -248,4 +282,10 @@ def test_a_slice_update_that_changes_nothing_either_controller_reads_wakes_neith
     handler.on_update(before, unread)
     assert drain(main.queue) == drain(gated.queue) == []
     handler.on_update(unread, owned(ACTIVE, "8"))
+    assert drain(main.queue) == []
+    assert drain(gated.queue) == ["ns/engine"]
+    handler.on_update(owned(ACTIVE, "8"), owned(raw_slice("ACTIVE", "True", ("p1",), rv="9"), "9"))
+    assert drain(main.queue) == drain(gated.queue) == ["ns/engine"]
+    going = owned(raw_slice("ACTIVE", "True", ("p1",), True, "10"), "10")
+    handler.on_update(owned(raw_slice("ACTIVE", "True", ("p1",), rv="9"), "9"), going)
     assert drain(main.queue) == drain(gated.queue) == ["ns/engine"]

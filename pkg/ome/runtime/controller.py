@@ -215,6 +215,7 @@ class Controller:
         changed: Changed | None = None,
         priority: Prioritize | None = None,
         also: Iterable[Controller] = (),
+        changed_here: Changed | None = None,
     ) -> None:
         """Queue the keys ``keys`` maps each changed object to (its own key by default);
         an update queues both the old and the new object's keys, and only when ``changed``
@@ -228,11 +229,14 @@ class Controller:
 
         ``also``: other controllers that watch the informer alike (the same keys, predicate
         and priority); each event's keys and priority are worked out once and queued for
-        every one of them, not once per controller."""
+        every one of them, not once per controller. ``changed_here``: a narrower update
+        predicate for this controller alone, when it reads less of the objects than they do;
+        an update that ``changed`` passes and it does not is queued for them only."""
         mapper: KeysOf = keys or (lambda obj: [object_key(obj)])
         rank: Prioritize = priority or (lambda _old, _new: PRIORITY_NORMAL)
         also = list(also)
         queues = [self.queue, *(c.queue for c in also)]
+        theirs = queues[1:]
         for controller in (self, *also):
             controller.reads(informer)
 
@@ -245,9 +249,14 @@ class Controller:
         def update(old: JSON, new: JSON) -> None:
             if changed is not None and not changed(old, new):
                 return
+            targets = queues
+            if changed_here is not None and not changed_here(old, new):
+                if not theirs:
+                    return
+                targets = theirs
             level = rank(old, new)
             for key in {*mapper(old), *mapper(new)}:
-                for queue in queues:
+                for queue in targets:
                     queue.add(key, level)
 
         def delete(obj: JSON | DeletedFinalStateUnknown) -> None:

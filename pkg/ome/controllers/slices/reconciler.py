@@ -380,6 +380,7 @@ class SliceReconcilers:
             changed=self.slice_news,
             priority=self.slice_event_priority,
             also=gated,
+            changed_here=self.release_slice_news,
         )
         c.watch(
             self.nodes,
@@ -429,6 +430,15 @@ class SliceReconcilers:
         the next pass reads, and a release still deletes under the version it read."""
         was, now = self.slice_view(old), self.slice_view(new)
         return replace(was, resource_version="") != replace(now, resource_version="")
+
+    def release_slice_news(self, old: JSON, new: JSON) -> bool:
+        """Whether a Slice's update is news to release and loss themselves, a narrower
+        question than ``slice_news`` (which the passes they gate read): they read a Slice's
+        identity, owner, slot, shape, partitions (H3's loss), creation and deletion, never its
+        state, status or message (the gate's E-rules). A Slice moving through its states
+        wakes only the gated passes."""
+        was, now = self.slice_view(old), self.slice_view(new)
+        return _release_reads(was) != _release_reads(now)
 
     def host_event_priority(self, old: JSON | None, new: JSON | None) -> int:
         """High for a host event that can unblock or end work: the host gone, leaving its
@@ -587,6 +597,12 @@ def uid_of(obj: JSON) -> list[str]:
     """The object's UID, as an index value (none without one)."""
     uid = (obj.get("metadata") or {}).get("uid")
     return [uid] if isinstance(uid, str) and uid else []
+
+
+def _release_reads(s: SliceInfo) -> SliceInfo:
+    """A Slice as release and loss read it: without its resourceVersion (a delete reads it
+    from the cache when it is sent), state, status, message and last transition."""
+    return replace(s, resource_version="", state="", status="", message="", last_transition=None)
 
 
 def _without_version(obj: JSON) -> JSON:
