@@ -289,3 +289,44 @@ def test_a_slice_update_that_changes_nothing_either_controller_reads_wakes_neith
     going = owned(raw_slice("ACTIVE", "True", ("p1",), True, "10"), "10")
     handler.on_update(owned(raw_slice("ACTIVE", "True", ("p1",), rv="9"), "9"), going)
     assert drain(main.queue) == drain(gated.queue) == ["ns/engine"]
+
+
+class _SliceCache(_Cache):
+    """The Slices' cache with one Slice, ``s``, of the replica ``ns/engine``."""
+
+    def peek(self, name: str) -> JSON | None:  # type: ignore[override]
+        if name != "s":
+            return None
+        owned = raw_slice("ACTIVE", "True", ("p1",), rv="3")
+        owned["metadata"]["annotations"] = {"ome.io/slice-owner": "ns/engine"}
+        return owned
+
+
+def test_a_host_joining_its_slice_wakes_only_the_gated_passes_and_leaving_it_wakes_both() -> None:
+    """The node watch, wired: a host gaining the slice label (joining ``s``) or cordoned is
+    news to the passes the slice controller gates, not to release and loss; the label
+    removed (the host leaving ``s``) is news to both."""
+    reconcilers = routing_only()
+    for name in ("replicas", "pods", "nodes", "holders"):
+        setattr(reconcilers, name, _Cache())
+    reconcilers.slices = _SliceCache()
+    gated = Controller("gated", lambda _key: None, queue=RateLimitingQueue())
+    main = reconcilers.controller(gated=[gated])
+    handler = reconcilers.nodes.handler
+    assert handler is not None and handler.on_update
+    label = CONFIG.slice_label
+
+    def host(rv: str, labels: JSON, unschedulable: bool = False) -> JSON:
+        return {
+            "metadata": {"name": "node-a", "resourceVersion": rv, "labels": labels},
+            "spec": {"unschedulable": unschedulable},
+        }
+
+    handler.on_update(host("1", {}), host("2", {label: "s"}))
+    assert drain(main.queue) == []
+    assert drain(gated.queue) == ["ns/engine"]
+    handler.on_update(host("2", {label: "s"}), host("3", {label: "s"}, unschedulable=True))
+    assert drain(main.queue) == []
+    assert drain(gated.queue) == ["ns/engine"]
+    handler.on_update(host("3", {label: "s"}, unschedulable=True), host("4", {}))
+    assert drain(main.queue) == drain(gated.queue) == ["ns/engine"]

@@ -91,6 +91,28 @@ def test_a_nodes_heartbeat_wakes_no_one_but_what_its_hosts_read_does() -> None:
     assert changed(before, node({SLICE: "s", "pool": "other"}))
 
 
+def test_a_host_joining_a_slice_or_its_usability_is_no_news_to_release_and_loss() -> None:
+    """Release and loss read of a host only which Slice it is on (H3's "moved off"), and
+    only as the bound pods' nodes: a host leaving its Slice (the label removed or changed)
+    is news to them, a host joining one, a cordon or a Ready change is news only to the
+    passes they gate (``host_changed``), and so is the topology label that comes with the
+    slice label; the provision-only label of its pool, which B6.3 reads, is news to both."""
+    news = routing_only().release_host_news
+    joined = node({SLICE: "s"})
+    assert not news(node({}), joined)
+    assert news(joined, node({}))
+    assert news(joined, node({SLICE: "t"}))
+    assert not news(joined, node({SLICE: "s"}, unschedulable=True))
+    assert not news(joined, node({SLICE: "s"}, ready="Unknown"))
+    topology = "cloud.google.com/gke-tpu-topology"
+    assert not news(node({}), node({SLICE: "s", topology: "4x4"}))
+    assert news(node({SLICE: "s", topology: "4x4"}), node({}))
+    pool = {CONFIG.accelerator_label: "tpu-v6e-slice"}
+    provision_only = {**pool, CONFIG.provision_only_key: CONFIG.provision_only_value}
+    assert news(node({SLICE: "s", **pool}), node({SLICE: "s", **provision_only}))
+    assert not news(node({SLICE: "s", **pool}), node({SLICE: "s", **pool, "team": "a"}))
+
+
 CHIPS = {"limits": {CONFIG.chip_resource: "4"}, "requests": {CONFIG.chip_resource: "4"}}
 
 

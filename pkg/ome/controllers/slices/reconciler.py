@@ -388,6 +388,7 @@ class SliceReconcilers:
             changed=self.host_changed,
             priority=self.host_event_priority,
             also=gated,
+            changed_here=self.release_host_news,
         )
         holder = holder_view(self.config)
         c.watch(
@@ -487,6 +488,20 @@ class SliceReconcilers:
         return _labels(old) != _labels(new) or Host.from_node(
             old, self.config.slice_label
         ) != Host.from_node(new, self.config.slice_label)
+
+    def release_host_news(self, old: JSON, new: JSON) -> bool:
+        """Whether a node's update is news to release and loss themselves, a narrower question
+        than ``host_changed`` (which the passes they gate read): of a host they read the
+        Slice it is on, as the node of a bound pod (H3: a pod's node without its Slice's
+        label has moved off), and whether its pool is provision-only (B6.3, through the
+        cache's index). A host leaving its Slice (the label removed or changed) is news;
+        joining one, with its topology label, cannot make a loss nor let a deferred release
+        go (G2 waits on holders), and a cordon or a Ready change is the gate's (F)."""
+        label = self.config.slice_label
+        was, now = _labels(old), _labels(new)
+        left = bool(was.get(label)) and was.get(label) != now.get(label)
+        pool = placement.provision_only_accelerator(old, self.config)
+        return left or pool != placement.provision_only_accelerator(new, self.config)
 
     # -- orphan collection (G6) -----------------------------------------------------------
 
