@@ -178,10 +178,10 @@ def test_an_event_raises_a_key_already_queued_low() -> None:
     assert PRIORITY_LOW < PRIORITY_NORMAL < PRIORITY_HIGH
 
 
-def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_priority() -> None:
-    """The slice controller and the InferenceReplica controller are woken by the same Slice
-    and host events: one handler works out each event's keys, predicate and priority, and
-    queues the keys for both."""
+def watched_alike(**watch: Any) -> tuple[Controller, Controller, EventHandler, list[str]]:
+    """A controller ``main`` watching a synced informer ``also`` for ``gated``, with
+    ``watch``'s predicates; its handler, and the names its keys were worked out for (each
+    object's key is ``ns/owner-of-<name>``)."""
     routed: list[str] = []
 
     def keys(o: JSON) -> list[str]:
@@ -192,15 +192,20 @@ def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_pr
     main = Controller("main", lambda _key: None, queue=RateLimitingQueue())
     informer = _Informer()
     informer.synced = True
-    main.watch(  # type: ignore[arg-type]
-        informer,
-        keys=keys,
-        changed=lambda old, new: old != new,
-        priority=gone_high,
-        also=[gated],
-    )
+    main.watch(informer, keys=keys, also=[gated], **watch)  # type: ignore[arg-type]
     handler = informer.handler
     assert handler is not None and handler.on_add and handler.on_delete and handler.on_update
+    return main, gated, handler, routed
+
+
+def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_priority() -> None:
+    """The slice controller and the InferenceReplica controller are woken by the same Slice
+    and host events: one handler works out each event's keys, predicate and priority, and
+    queues the keys for both."""
+    main, gated, handler, routed = watched_alike(
+        changed=lambda old, new: old != new, priority=gone_high
+    )
+    assert handler.on_add and handler.on_update and handler.on_delete
     handler.on_add(obj("new"))
     handler.on_update(obj("same"), obj("same"))  # no news: neither queue gets it
     handler.on_delete(obj("gone"))
@@ -212,25 +217,11 @@ def test_controllers_that_watch_alike_get_every_event_routed_once_at_the_same_pr
 def test_a_controller_that_reads_less_is_queued_only_what_it_reads() -> None:
     """``changed_here``: an update that the shared predicate passes but this controller's
     narrower one does not goes to the ``also`` controllers alone, routed once."""
-    routed: list[str] = []
-
-    def keys(o: JSON) -> list[str]:
-        routed.append(o["metadata"]["name"])
-        return [f"ns/owner-of-{o['metadata']['name']}"]
-
-    gated = Controller("gated", lambda _key: None, queue=RateLimitingQueue())
-    main = Controller("main", lambda _key: None, queue=RateLimitingQueue())
-    informer = _Informer()
-    informer.synced = True
-    main.watch(  # type: ignore[arg-type]
-        informer,
-        keys=keys,
+    main, gated, handler, routed = watched_alike(
         changed=lambda old, new: old != new,
         changed_here=lambda old, new: old.get("spec") != new.get("spec"),
-        also=[gated],
     )
-    handler = informer.handler
-    assert handler is not None and handler.on_update
+    assert handler.on_update
     handler.on_update(obj("same"), obj("same"))  # news to neither
     assert drain(main.queue) == drain(gated.queue) == []
     handler.on_update(obj("status"), {**obj("status"), "status": {"phase": "Running"}})
