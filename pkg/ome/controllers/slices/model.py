@@ -210,12 +210,12 @@ def release_deferred(name: str, holders: Iterable[str]) -> Event:
     )
 
 
-def g3_reads(row: JSON) -> tuple[object, ...]:
-    """What ``wanted_slots`` reads of an Instance's row: its index, whether it is Deleting,
-    whether it has an operation and the operation's surge index, and its active ordinal. Not
-    the rest of the operation (its step, progress time, waiting text, retries), which the
-    InferenceReplica pass moves on at each status write. Two rows with equal reads want the
-    same slots (``test_slices_routing`` checks it as a property)."""
+def g3_reads(row: JSON) -> tuple[int | None, bool, bool, int | None, int | None]:
+    """All that ``wanted_slots`` reads of an Instance's row (it reads the rows through this
+    alone): its index, whether it is Deleting, whether it has an operation and the
+    operation's surge index, and its active ordinal. Not the rest of the operation (its step,
+    progress time, waiting text, retries), which the InferenceReplica pass moves on at each
+    status write, so rows with equal reads want the same slots."""
     op = _map(row.get("operation"))
     return (
         _index(row.get("index")),
@@ -240,24 +240,21 @@ def wanted_slots(replica: Replica) -> frozenset[Slot]:
     rowed: set[int] = set()
     surges: set[int] = set()
     for row in replica.rows:
-        index = _index(row.get("index"))
+        index, deleting, operation, surge, active = g3_reads(row)
         if index is None:
             continue
         rowed.add(index)
-        if row.get("phase") == "Deleting":
+        if deleting:
             continue
-        op = _map(row.get("operation"))
-        surge = _index(op.get("surgeIndex"))
         if surge is not None:
             surges.add(surge)
         if replica.multi_pod:
             wanted.add(Slot(index, 0))
             if surge is not None:
                 wanted.add(Slot(surge, 0))
-        elif op:
+        elif operation:
             wanted.update((Slot(index, 0), Slot(index, 1)))
         else:
-            active = _index(row.get("activeOrdinal"))
             wanted.add(Slot(index, active if active in (0, 1) else 0))
     missing, candidate = replica.replicas - len(rowed), 0
     while missing > 0:
