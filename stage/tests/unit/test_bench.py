@@ -111,6 +111,12 @@ def test_each_goal_is_its_ratio_against_its_limit() -> None:
     assert "met    delete cost per service at 100 <= 1.5x at 20: 1.00 (limit 1.5)" in text
     assert "met    cold start peak RSS <= 300 MiB: 128.00 (limit 300)" in text
     assert "cold start, 500 services, 2000 pods, 1000 nodes: 3 writes" in text
+    assert "first pass done in 9.0s, peak RSS" in text  # no list floor measured: none said
+    r["cold"]["list_floor"] = {"seconds": 2.25, "lists": {"pods": {"objects": 20, "seconds": 2.25}}}
+    assert (
+        "first pass done in 9.0s (the same lists alone, to bare clients: 2.2s), peak RSS"
+        in bench.summary(r)
+    )
 
 
 def full_result() -> dict[str, Any]:
@@ -380,6 +386,8 @@ def test_a_run_against_an_earlier_one_is_each_figure_with_this_over_that() -> No
     }
     that["cold"]["first_pass_s"] = 4.0
     that["cold"]["peak_rss_bytes"] = 2**28
+    this["cold"]["list_floor"] = {"seconds": 1.5, "lists": {}}
+    that["cold"]["list_floor"] = {"seconds": 1.0, "lists": {}}
     rows = bench.compare(this, that)
     table = {(r["burst"], r["figure"]): (r["this"], r["that"], r["ratio"]) for r in rows}
     assert sorted({r["burst"] for r in rows if r["burst"] is not None}) == [100]
@@ -390,7 +398,10 @@ def test_a_run_against_an_earlier_one_is_each_figure_with_this_over_that() -> No
     assert table[(100, "writes_per_service")] == (12.0, 10.0, 1.2)
     assert table[(None, "cold_first_pass_s")] == (2.0, 4.0, 0.5)
     assert table[(None, "cold_peak_rss_mib")] == (128.0, 256.0, 0.5)
-    assert len(rows) == 7
+    # the API server alone serving the same lists, and what each first pass took above it
+    assert table[(None, "cold_list_floor_s")] == (1.5, 1.0, 1.5)
+    assert table[(None, "cold_above_floor_s")] == (0.5, 3.0, pytest.approx(1 / 6))
+    assert len(rows) == 9
 
     text = bench.compare_table({"path": "old.json", "started": "then", "rows": rows})
     lines = text.splitlines()
@@ -398,6 +409,8 @@ def test_a_run_against_an_earlier_one_is_each_figure_with_this_over_that() -> No
     assert lines[1].split() == ["services", "figure", "this", "that", "this/that"]
     assert "100  reaction p99 (x bare create)        5.00      2.50      2.00" in text
     assert "cold  cold start peak RSS (MiB)         128.00    256.00      0.50" in text
+    assert "cold  cold start lists alone (s)          1.50      1.00      1.50" in text
+    assert "cold  first pass above lists (s)          0.50      3.00      0.17" in text
 
 
 def test_a_figure_missing_or_zero_in_the_earlier_run_has_no_ratio() -> None:
@@ -408,6 +421,9 @@ def test_a_figure_missing_or_zero_in_the_earlier_run_has_no_ratio() -> None:
     assert rows[(100, "writes_per_service")]["ratio"] is None
     assert rows[(None, "cold_first_pass_s")]["that"] is None
     assert rows[(None, "cold_first_pass_s")]["ratio"] is None
+    # a run from before the list floor was measured: no floor, nothing above it
+    assert rows[(None, "cold_list_floor_s")]["this"] is None
+    assert rows[(None, "cold_above_floor_s")]["this"] is None
     text = bench.compare_table({"path": "x", "rows": list(rows.values())})
     assert "cold  cold start first pass (s)           2.00         -         -" in text
 
@@ -467,6 +483,8 @@ def test_the_comparison_is_written_into_the_result(
     assert compared["path"] == str(earlier) and compared["started"] == "earlier"
     assert [(r["figure"], r["this"], r["that"]) for r in compared["rows"]] == [
         ("cold_first_pass_s", None, 2.0),
+        ("cold_list_floor_s", None, None),  # the earlier run measured no list floor
+        ("cold_above_floor_s", None, None),
         ("cold_peak_rss_mib", None, 128.0),
     ]
     assert f"compared with {earlier} (started earlier):" in capsys.readouterr().out
