@@ -1137,7 +1137,7 @@ def cold_start(stage: Stage, cluster: JSON) -> JSON:
         raise StageError(str(e)) from None
     say(
         f"cold start: the API server alone served the same lists in {floor.seconds:.1f}s "
-        f"({', '.join(f'{p} {n}' for p, (n, _) in floor.lists.items())})"
+        f"({', '.join(f'{plural} {count}' for plural, (count, _) in floor.lists.items())})"
     )
     before = stage.requests()
     started = time.monotonic()
