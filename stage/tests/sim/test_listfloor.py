@@ -65,3 +65,15 @@ def test_a_list_the_server_does_not_serve_is_a_one_line_error(cluster: Cluster) 
     text = str(caught.value)
     assert "\n" not in text
     assert text.startswith("the list floor's child failed (1): listing slices failed: 404 ")
+
+
+def test_a_child_that_cannot_start_is_a_one_line_error_before_any_list(tmp_path: Path) -> None:
+    """A child that ends before it says it is ready: the others are never told to list."""
+    missing = tmp_path / "no-kubeconfig"
+    with pytest.raises(listfloor.FloorError) as caught:
+        listfloor.measure(str(missing), timeout=60)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert text.startswith(
+        f"the list floor's child failed (1): cannot load the kubeconfig {missing}"
+    )
