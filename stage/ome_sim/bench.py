@@ -69,7 +69,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -241,9 +240,7 @@ class Stage:
             self.work / "apiserver.log",
         )
         _until(self.kubeconfig.exists, 30, "the API server's kubeconfig")
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=str(self.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
-        self.rest = Rest(client.ApiClient(cfg), user_agent=AGENT)
+        self.rest = system.rest_from(self.kubeconfig, AGENT)
         self.webhooks = system.install(self.rest, Path("config"), GUIDE_CONFIG_JSON, say)
         self._start_provider()
         self.start_manager()
@@ -372,7 +369,7 @@ class KubeStage(Stage):
         )
         self.plane.start()
         self.kubeconfig = self.plane.write_kubeconfig(self.work / "kubeconfig")
-        self.rest = _admin_rest(self.kubeconfig)
+        self.rest = system.rest_from(self.kubeconfig, AGENT)
         self.webhooks = system.install(self.rest, Path("config"), GUIDE_CONFIG_JSON, say, rbac=True)
         self.manager_kubeconfig = controlplane.write_kubeconfig(
             self.work / "manager.kubeconfig",
@@ -462,12 +459,6 @@ class KubeStage(Stage):
 def _cpu_of(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _admin_rest(kubeconfig: Path) -> Rest:
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return Rest(client.ApiClient(cfg), user_agent=AGENT)
 
 
 class StageError(RuntimeError):

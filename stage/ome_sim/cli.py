@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from kubernetes import client, config
+from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -295,9 +295,7 @@ def _reason(error: HTTPError) -> str:
 
 
 def _rest(kubeconfig: str) -> Rest:
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return Rest(client.ApiClient(cfg), user_agent=user_agent("ome-sim"))
+    return system.rest_from(kubeconfig, user_agent("ome-sim"))
 
 
 def _duration(text: str) -> float:

@@ -27,14 +27,16 @@ import time
 from dataclasses import dataclass
 from typing import NoReturn
 
-from kubernetes import client, config
+from kubernetes import config
 
 from ome import user_agent
 from ome.api.v1beta1 import INFERENCE_REPLICAS, INFERENCE_SERVICES
 from ome.kube import Resource
 from ome.provider import gke
 from ome.runtime.client import api_error, describe_error
-from ome.runtime.rest import NODES, PODS, Rest
+from ome.runtime.rest import NODES, PODS
+
+from . import system
 
 #: The lists of a new manager's informers that grow with the cluster (the models', runtimes'
 #: and webhook configuration's are a page each): every pod (the holders of chips, OME's own
@@ -141,13 +143,11 @@ def main(argv: list[str]) -> int:
     exit 1), page through the list and print what it took; an API error is one line on
     stderr and exit 1."""
     kubeconfig, plural, page = argv[0], argv[1], int(argv[2])
-    cfg = client.Configuration()
     try:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+        rest = system.rest_from(kubeconfig, AGENT)
     except (config.ConfigException, OSError) as e:
         print(f"cannot load the kubeconfig {kubeconfig}: {e}", file=sys.stderr)
         return 1
-    rest = Rest(client.ApiClient(cfg), user_agent=AGENT)
     print(READY, flush=True)
     if sys.stdin.readline().strip() != GO:
         print("the bench went away before the go", file=sys.stderr)

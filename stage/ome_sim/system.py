@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -96,6 +98,14 @@ PORT_FLAGS = {
     "metrics": "--metrics-bind-address",
     "admission webhooks": "--webhook-bind-address",
 }
+
+
+def rest_from(kubeconfig: str | Path, agent: str) -> Rest:
+    """A client of the cluster ``kubeconfig`` names, sending ``agent`` as its User-Agent.
+    Raises ``config.ConfigException`` or ``OSError`` when the file cannot be used."""
+    cfg = kube_client.Configuration()
+    kube_config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return Rest(kube_client.ApiClient(cfg), user_agent=agent)
 
 
 class StartError(RuntimeError):
