@@ -112,6 +112,12 @@ def test_each_goal_is_its_ratio_against_its_limit() -> None:
     assert "met    cold start peak RSS <= 300 MiB: 128.00 (limit 300)" in text
     assert "cold start, 500 services, 2000 pods, 1000 nodes: 3 writes" in text
     assert "first pass done in 9.0s, peak RSS" in text  # no list floor measured: none said
+    assert "bare pod create round trip: 2.0 ms; ideal writes" in text  # one sampling: no more
+    r["baseline"] = {"samples": 120, "rounds": 4, "p25_s": 0.0015, "p75_s": 0.0031}
+    assert (
+        "bare pod create round trip: 2.0 ms (the median of 120 creates in 4 samplings, one "
+        "before each burst; quartiles 1.5 and 3.1 ms); ideal writes" in bench.summary(r)
+    )
     r["cold"]["list_floor"] = {"seconds": 2.25, "lists": {"pods": {"objects": 20, "seconds": 2.25}}}
     assert (
         "first pass done in 9.0s (the same lists alone, to bare clients: 2.2s), peak RSS"
@@ -717,7 +723,13 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
     monkeypatch.setattr(bench.Stage, "stop_manager", stop_manager)
     monkeypatch.setattr(bench.Stage, "stop", lambda self: None)
     monkeypatch.setattr(bench, "Watcher", FakeWatcher)
-    monkeypatch.setattr(bench, "baseline", lambda _stage: 0.001)
+    samples = iter([[0.004, 0.004], [0.001], [0.002], [0.001], [0.003], [0.003, 0.005]])
+
+    def fake_samples(stage: Any, round_: int) -> list[float]:
+        ran.append((f"bare {round_}", stage.manager_root))
+        return next(samples)
+
+    monkeypatch.setattr(bench, "baseline_samples", fake_samples)
     monkeypatch.setattr(bench, "burst", fake_burst)
     monkeypatch.setattr(bench, "cold_start", fake_cold)
     monkeypatch.setattr(bench, "populate_cold", lambda *_a: {"services": 5, "pods": 1, "nodes": 1})
@@ -728,16 +740,21 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
     out = tmp_path / "out"
     code = bench.run(True, out, plan, manager_tree=this_tree, against_tree=other_tree)
     assert ran == [
-        ("start", this),
-        ("stop", this), ("start", other), ("bench-1-against", other),
-        ("stop", other), ("start", this), ("bench-1", this),
-        ("stop", this), ("start", other), ("bench-20-against", other),
-        ("stop", other), ("start", this), ("bench-20", this), ("bench-20", this),
+        ("start", this), ("bare 0", this),
+        ("stop", this), ("start", other), ("bare 1", other), ("bench-1-against", other),
+        ("stop", other), ("start", this), ("bare 2", this), ("bench-1", this),
+        ("stop", this), ("start", other), ("bare 3", other), ("bench-20-against", other),
+        ("stop", other), ("start", this), ("bare 4", this), ("bench-20", this),
+        ("bare 5", this), ("bench-20", this),
         ("cold", other), ("cold", this),
     ]  # fmt: skip
     assert code == 0
     (written,) = out.glob("*.json")
-    against = json.loads(written.read_text())["against"]
+    report = json.loads(written.read_text())
+    # the unit of every reaction: the median of all the bare creates, sampled before each burst
+    assert report["baseline_create_s"] == 0.003
+    assert report["baseline"] == {"samples": 8, "rounds": 6, "p25_s": 0.002, "p75_s": 0.004}
+    against = report["against"]
     assert against["manager_from"] == str(other) and sorted(against["bursts"]) == ["1", "20"]
     assert against["cold"]["services"] == 5
     assert f"each burst and the cold start run first with the manager from {other}" in (
