@@ -674,23 +674,28 @@ def test_without_the_other_managers_figure_a_goal_is_its_limit_alone() -> None:
     assert "cold start (500 services) first pass <= 8 s" in names
 
 
-def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
-    tmp_path: Path, monkeypatch: Any, capsys: Any
+class _FakeWatcher:
+    def __init__(self, _rest: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _fake_run(
+    monkeypatch: Any,
+    ran: list[tuple[str, Any]],
+    samples: list[list[float]],
+    server_ms: dict[str, list[float]] | None = None,
 ) -> None:
-    """Which manager each scenario ran with, in order: the other one, then this tree's."""
-    other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
-    other, this = (other_tree / "pkg").resolve(), (this_tree / "pkg").resolve()
-    ran: list[tuple[str, Any]] = []
-
-    class FakeWatcher:
-        def __init__(self, _rest: Any) -> None:
-            pass
-
-        def start(self) -> None:
-            pass
-
-        def stop(self) -> None:
-            pass
+    """``run`` on a stage that runs nothing: each step it took is appended to ``ran``, each
+    bare-create sampling returns the next of ``samples``, and each burst in a namespace of
+    ``server_ms`` the next API server CPU per request it lists (1 ms otherwise)."""
+    speeds = {ns: iter(ms) for ns, ms in (server_ms or {}).items()}
+    sampled = iter(samples)
 
     def start(self: Any) -> None:
         self.rest = None
@@ -707,28 +712,27 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
 
     def fake_burst(stage: Any, _w: Any, n: int, namespace: str, _t: float) -> Any:
         ran.append((namespace, stage.manager_root))
+        ms = next(speeds[namespace]) if namespace in speeds else 1.0
         return bench.Burst(
             services=n, create_s=1.0, delete_s=1.0, reaction_p50_s=0.001,
             reaction_p99_s=0.002, writes={}, writes_per_service=12.0, reads_per_service=0.0,
-            reads={}, cpu_s={"manager": 1.0}, requests_total=1, provider_requests=1,
-            queue_depth=[], queue_depth_failed=0,
+            reads={}, cpu_s={"manager": 1.0, "apiserver": ms}, requests_total=1000,
+            provider_requests=1, queue_depth=[], queue_depth_failed=0,
         )  # fmt: skip
 
     def fake_cold(stage: Any, cluster: Any) -> Any:
         ran.append(("cold", stage.manager_root))
         return {**result(11.0)["cold"], **cluster}
 
+    def fake_samples(stage: Any, round_: int) -> list[float]:
+        ran.append((f"bare {round_}", stage.manager_root))
+        return next(sampled)
+
     monkeypatch.setattr(bench.Stage, "start", start)
     monkeypatch.setattr(bench.Stage, "start_manager", start_manager)
     monkeypatch.setattr(bench.Stage, "stop_manager", stop_manager)
     monkeypatch.setattr(bench.Stage, "stop", lambda self: None)
-    monkeypatch.setattr(bench, "Watcher", FakeWatcher)
-    samples = iter([[0.004, 0.004], [0.001], [0.002], [0.001], [0.003], [0.003, 0.005]])
-
-    def fake_samples(stage: Any, round_: int) -> list[float]:
-        ran.append((f"bare {round_}", stage.manager_root))
-        return next(samples)
-
+    monkeypatch.setattr(bench, "Watcher", _FakeWatcher)
     monkeypatch.setattr(bench, "baseline_samples", fake_samples)
     monkeypatch.setattr(bench, "burst", fake_burst)
     monkeypatch.setattr(bench, "cold_start", fake_cold)
@@ -736,6 +740,17 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
     monkeypatch.setattr(
         bench, "steady", lambda *_a: {"services": 1, "writes_per_minute": 0, "reads_per_minute": 0}
     )
+
+
+def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """Which manager each scenario ran with, in order: the other one, then this tree's."""
+    other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
+    other, this = (other_tree / "pkg").resolve(), (this_tree / "pkg").resolve()
+    ran: list[tuple[str, Any]] = []
+    samples = [[0.004, 0.004], [0.001], [0.002], [0.001], [0.003], [0.003, 0.005]]
+    _fake_run(monkeypatch, ran, samples)
     plan = (1, 20)
     out = tmp_path / "out"
     code = bench.run(True, out, plan, manager_tree=this_tree, against_tree=other_tree)
@@ -757,6 +772,72 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
     against = report["against"]
     assert against["manager_from"] == str(other) and sorted(against["bursts"]) == ["1", "20"]
     assert against["cold"]["services"] == 5
+    (only,) = against["pairs"]["20"]["runs"]  # one run: the same speed
+    assert only == {
+        "server_cpu_ms_per_request": [1.0, 1.0],
+        "all_ready_s": [1.0, 1.0],
+        "manager_cpu_ms_per_service": [50.0, 50.0],
+    }
     assert f"each burst and the cold start run first with the manager from {other}" in (
         capsys.readouterr().err
+    )
+
+
+def test_a_pair_that_met_two_stage_speeds_runs_again(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """A judged pair whose API server spent more than ``PAIR_SPEED`` times as much CPU per
+    request for one manager as for the other compares two machines, not two managers: it
+    runs again, at most ``PAIR_RERUNS`` times, whichever manager the faster minute favoured;
+    the goals take the last run, and the report keeps every run's speeds. A burst no goal
+    compares (here 1) is not run again."""
+    other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
+    other, this = (other_tree / "pkg").resolve(), (this_tree / "pkg").resolve()
+    ran: list[tuple[str, Any]] = []
+    speeds = {
+        "bench-1-against": [1.0], "bench-1": [2.0],  # not judged: no second run
+        "bench-20-against": [1.0, 1.4, 1.0], "bench-20": [1.3, 1.0, 1.1, 1.0],
+    }  # fmt: skip
+    _fake_run(monkeypatch, ran, [[0.001]] * 10, speeds)
+    out = tmp_path / "out"
+    assert bench.run(True, out, (1, 20), manager_tree=this_tree, against_tree=other_tree) == 0
+    pairs = [step for step in ran if step[0].startswith("bench-20")]
+    assert pairs == [
+        ("bench-20-against", other), ("bench-20", this),  # 1.3x: again
+        ("bench-20-against", other), ("bench-20", this),  # 1/1.4x: again
+        ("bench-20-against", other), ("bench-20", this),  # 1.1x: kept
+        ("bench-20", this),  # the same names again
+    ]  # fmt: skip
+    report = json.loads(next(out.glob("*.json")).read_text())
+    runs = report["against"]["pairs"]["20"]["runs"]
+    assert [r["server_cpu_ms_per_request"] for r in runs] == [[1.0, 1.3], [1.4, 1.0], [1.0, 1.1]]
+    assert list(report["against"]["pairs"]) == ["20"]
+    assert report["bursts"]["20"]["stage_cost"]["apiserver_cpu_ms_per_request"] == 1.1
+    assert report["against"]["bursts"]["20"]["stage_cost"]["apiserver_cpu_ms_per_request"] == 1.0
+    err = capsys.readouterr().err
+    assert (
+        "  20: the API server spent 1.30 ms of CPU per request for this manager and 1.00 for "
+        "the other: two stage speeds, not two managers; the pair runs again (1 of 2)" in err
+    )
+    assert "the pair runs again (2 of 2)" in err
+
+
+def test_a_pair_that_never_met_one_stage_speed_is_kept_and_said(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """After ``PAIR_RERUNS`` runs again, the last pair is kept, and the summary says which
+    pair's stage speeds still differed, beside the ratios taken from it."""
+    other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
+    speeds = {"bench-20-against": [1.0] * 3, "bench-20": [1.5, 1.5, 1.5, 1.0]}
+    _fake_run(monkeypatch, [], [[0.001]] * 10, speeds)
+    out = tmp_path / "out"
+    assert bench.run(True, out, (1, 20), manager_tree=this_tree, against_tree=other_tree) == 0
+    report = json.loads(next(out.glob("*.json")).read_text())
+    runs = report["against"]["pairs"]["20"]["runs"]
+    assert [r["server_cpu_ms_per_request"] for r in runs] == [[1.0, 1.5]] * 3
+    text = bench.summary(report)
+    assert (
+        "the pair of 20 services met two stage speeds in each of its 3 runs (API server CPU "
+        "per request 1.00 ms for that manager, 1.50 for this one in the last): its ratios "
+        "compare the hours as much as the managers" in text
     )
