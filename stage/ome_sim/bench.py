@@ -1236,6 +1236,13 @@ class Plan:
     idle_s: float
     timeout_s: float
 
+    @property
+    def judged(self) -> tuple[int, ...]:
+        """The bursts whose CPU per service and time to all Ready are goals, which with
+        ``--against`` also hold as a ratio to the other manager's: the compared one and the
+        largest (the same burst when the compared one is the largest)."""
+        return tuple(sorted({self.compare[1], max(self.bursts)}))
+
 
 FULL = Plan(
     bursts=(1, 50, 500, 2000), again=500, compare=(50, 500), steady=1000, idle_s=60, timeout_s=900
@@ -1279,9 +1286,8 @@ def goals(result: JSON, plan: Plan) -> list[JSON]:
         }
         for b, limit in reaction_at
     ]
-    largest = result["bursts"][str(max(int(n) for n in result["bursts"]))]
     ratios = {(r["burst"], r["figure"]): r["ratio"] for r in against_rows(result)}
-    compared = (large, largest) if largest is not large else (large,)
+    compared = [result["bursts"][str(n)] for n in plan.judged]
     for b in compared:
         n = b["services"]
         out.append(
@@ -1798,7 +1804,6 @@ def run(
             say("warming up: one service created and deleted, not counted")
             burst(stage, watcher, 1, "bench-warmup", plan.timeout_s)
         result["bursts"] = {}
-        judged = {plan.compare[1], max(plan.bursts)}  # the pairs a goal takes a ratio from
         for n in plan.bursts:
             runs: list[JSON] = []
             while True:
@@ -1820,11 +1825,11 @@ def run(
                     f"  {n}: Ready in {b.create_s:.1f}s, gone in {b.delete_s:.1f}s, "
                     f"{b.writes_per_service:.1f} writes per service"
                 )
-                if against_root is None or n not in judged:
+                if against_root is None or n not in plan.judged:
                     break
-                speeds = [_server_ms(other), _server_ms(b)]
                 runs.append(_pair_run(other, b))
                 result["against"].setdefault("pairs", {})[str(n)] = {"runs": runs}
+                speeds = runs[-1]["server_cpu_ms_per_request"]
                 if same_speed(*speeds) or len(runs) > PAIR_RERUNS:
                     break
                 say(
