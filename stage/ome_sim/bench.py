@@ -1837,28 +1837,16 @@ def run(
             "again before each burst: the reactions are in the median of all the samplings)"
         )
 
-        def against_burst(n: int) -> Burst:
-            """A burst of ``n`` with the other manager (``--against``)."""
-            assert watcher is not None
-            use_manager(stage, against_root)
-            sample()
-            other = burst(stage, watcher, n, f"bench-{n}-against", plan.timeout_s)
-            say(
-                f"  {n} (the other manager): Ready in {other.create_s:.1f}s, gone in "
-                f"{other.delete_s:.1f}s, {other.writes_per_service:.1f} writes per service"
-            )
-            return other
-
-        def this_burst(n: int) -> Burst:
-            """A burst of ``n`` with this run's manager."""
+        def one_burst(n: int, other: bool) -> Burst:
+            """A burst of ``n`` with the other manager (``--against``) or this run's."""
             assert watcher is not None
             if against_root is not None:
-                use_manager(stage, manager_root)
+                use_manager(stage, against_root if other else manager_root)
             sample()
-            b = burst(stage, watcher, n, f"bench-{n}", plan.timeout_s)
+            b = burst(stage, watcher, n, f"bench-{n}{'-against' if other else ''}", plan.timeout_s)
             say(
-                f"  {n}: Ready in {b.create_s:.1f}s, gone in {b.delete_s:.1f}s, "
-                f"{b.writes_per_service:.1f} writes per service"
+                f"  {n}{' (the other manager)' if other else ''}: Ready in {b.create_s:.1f}s, "
+                f"gone in {b.delete_s:.1f}s, {b.writes_per_service:.1f} writes per service"
             )
             return b
 
@@ -1874,11 +1862,11 @@ def run(
             while counted < PAIR_RUNS and len(runs) < PAIR_RUNS + PAIR_RERUNS:
                 this_first = len(runs) % 2 == 1
                 if this_first:
-                    b = this_burst(n)
-                    other = against_burst(n)
+                    b = one_burst(n, other=False)
+                    other = one_burst(n, other=True)
                 else:
-                    other = against_burst(n)
-                    b = this_burst(n)
+                    other = one_burst(n, other=True)
+                    b = one_burst(n, other=False)
                 run_ = {**_pair_run(other, b), "first": "this" if this_first else "that"}
                 runs.append(run_)
                 bursts.append((other, b))
@@ -1908,9 +1896,9 @@ def run(
         for n in plan.bursts:
             if against_root is None or n not in plan.judged:
                 if against_root is not None:
-                    other = against_burst(n)
+                    other = one_burst(n, other=True)
                     result["against"]["bursts"][str(n)] = _burst_json(other)
-                result["bursts"][str(n)] = _burst_json(this_burst(n))
+                result["bursts"][str(n)] = _burst_json(one_burst(n, other=False))
             else:
                 pair_runs(n)
             if n == plan.again:  # the same names again, at once, in the same manager
