@@ -1180,12 +1180,16 @@ def same_speed(that_ms: float, this_ms: float) -> bool:
     return 1 / PAIR_SPEED <= this_ms / that_ms <= PAIR_SPEED
 
 
-def use_manager(stage: Stage, root: Path | None) -> None:
+def use_manager(stage: Stage, root: Path | None, fresh: bool = False) -> None:
     """Run the manager from ``root`` (None: this environment's) from now on: the one running
-    stops (its lease released) and a new one starts, ready when this returns."""
+    stops (its lease released) and a new one starts, ready when this returns. The one
+    running is kept when it is ``root``'s, unless ``fresh``."""
     if stage.manager is not None and stage.manager_root == root:
-        return
-    say(f"switching to the manager from {root or 'this tree'}")
+        if not fresh:
+            return
+        say(f"restarting the manager from {root or 'this tree'}")
+    else:
+        say(f"switching to the manager from {root or 'this tree'}")
     stage.stop_manager()
     stage.manager_root = root
     stage.start_manager()
@@ -1838,10 +1842,12 @@ def run(
         )
 
         def one_burst(n: int, other: bool) -> Burst:
-            """A burst of ``n`` with the other manager (``--against``) or this run's."""
+            """A burst of ``n`` with the other manager (``--against``) or this run's, which
+            with ``--against`` is started for it: each burst of a pair on a fresh manager,
+            both managers alike, whichever went last before."""
             assert watcher is not None
             if against_root is not None:
-                use_manager(stage, against_root if other else manager_root)
+                use_manager(stage, against_root if other else manager_root, fresh=True)
             sample()
             b = burst(stage, watcher, n, f"bench-{n}{'-against' if other else ''}", plan.timeout_s)
             say(
@@ -1851,10 +1857,10 @@ def run(
             return b
 
         def pair_runs(n: int) -> None:
-            """A judged pair: ``PAIR_RUNS`` runs that met one stage speed, the other manager
-            first in the first and third, this one in the second (a run at two speeds does
-            not count: at most ``PAIR_RERUNS`` more); every run kept in the report, and the
-            bursts of the median run (``median_run``) are the burst's figures."""
+            """A judged pair: ``PAIR_RUNS`` runs that met one stage speed, which manager
+            first alternating, the other one first in the first run (a run at two speeds
+            does not count: at most ``PAIR_RERUNS`` more); every run kept in the report, and
+            the bursts of the median run (``median_run``) are the burst's figures."""
             assert against_root is not None
             runs: list[JSON] = []
             bursts: list[tuple[Burst, Burst]] = []

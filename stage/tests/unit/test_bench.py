@@ -780,14 +780,15 @@ def test_the_other_manager_runs_each_burst_and_the_cold_start_first(
         ("start", this), ("bare 0", this),
         ("stop", this), ("start", other), ("bare 1", other), ("bench-1-against", other),
         ("stop", other), ("start", this), ("bare 2", this), ("bench-1", this),
-        # the judged pair: three runs, which manager first alternating
+        # the judged pair: three runs, which manager first alternating, each burst on a
+        # manager started for it (this one's second burst too, though it went last before)
         ("stop", this), ("start", other), ("bare 3", other), ("bench-20-against", other),
         ("stop", other), ("start", this), ("bare 4", this), ("bench-20", this),
-        ("bare 5", this), ("bench-20", this),
+        ("stop", this), ("start", this), ("bare 5", this), ("bench-20", this),
         ("stop", this), ("start", other), ("bare 6", other), ("bench-20-against", other),
-        ("bare 7", other), ("bench-20-against", other),
+        ("stop", other), ("start", other), ("bare 7", other), ("bench-20-against", other),
         ("stop", other), ("start", this), ("bare 8", this), ("bench-20", this),
-        ("bare 9", this), ("bench-20", this),  # the same names again
+        ("bare 9", this), ("bench-20", this),  # the same names again, on the same manager
         ("cold", other), ("cold", this),
     ]  # fmt: skip
     assert code == 0
