@@ -124,7 +124,9 @@ def setup_controllers(
             pod_expectations,
         )
         hooks = Hooks(
-            gates=[*hooks.gates, slices.slice_gate], teardown=[*hooks.teardown, slices.teardown]
+            gates=[*hooks.gates, slices.slice_gate],
+            teardown=[*hooks.teardown, slices.teardown],
+            gate_reads=[*hooks.gate_reads, slices.wanted_news],
         )
         informer = slices.slices
         # Each scrape reads every Slice and replica: from the caches themselves (peek_list),

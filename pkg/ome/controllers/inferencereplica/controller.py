@@ -33,7 +33,7 @@ from ome.controllers.holds import Gated, GateFunc, Hold
 from ome.durations import parse_go_duration
 from ome.kube import JSON, json_copy, parse_time
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
-from ome.runtime.controller import Controller, Result, gone_high
+from ome.runtime.controller import Changed, Controller, Result, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
@@ -73,6 +73,10 @@ TeardownHook = Callable[[JSON, bool], Waiting | None]
 MAX_TEARDOWN_WAIT = 60.0
 #: When to look again after an API error in a teardown step (its client has retried first).
 FAILED_TEARDOWN_RETRY = 5.0
+
+
+def _version(stored: JSON) -> str:
+    return str((stored.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def now_utc() -> datetime:
@@ -151,10 +155,15 @@ class Hooks:
     - ``gates``: asked once per pass with every Instance about to get pods; they may act
       (e.g. provision capacity) and say which Instances must wait.
     - ``teardown``: asked while a deleted replica is torn down; None when done.
+    - ``gate_reads``: for a gate that answers from the replica's recorded status (the
+      capacity its recorded rows want), whether an update changed what it reads there. The
+      pass's own status write coming back is no news to the pass, save when it changed that:
+      the gate moves on from it at the next pass.
     """
 
     gates: list[GateFunc] = field(default_factory=list)
     teardown: list[TeardownHook] = field(default_factory=list)
+    gate_reads: list[Changed] = field(default_factory=list)
 
 
 class InferenceReplicaReconciler:
@@ -189,9 +198,17 @@ class InferenceReplicaReconciler:
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferencereplica", self.reconcile, workers=workers)
-        c.watch(self.replicas)
+        c.watch(self.replicas, changed=self._news)
         c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)  # a loss goes first
         return c
+
+    def _news(self, old: JSON, new: JSON) -> bool:
+        """Whether a replica's update wakes its pass: anyone else's write, and of our own
+        writes coming back (the pass that wrote each planned from all it then knew) only
+        those that changed what a gate reads of the recorded status."""
+        return self._written.news(old, new) or any(
+            reads(old, new) for reads in self.hooks.gate_reads
+        )
 
     # -- reconcile -----------------------------------------------------------------------
 
@@ -210,8 +227,7 @@ class InferenceReplicaReconciler:
         if replica["metadata"].get("deletionTimestamp"):
             return self._teardown(replica)
         if FINALIZER_IR_TEARDOWN not in (replica["metadata"].get("finalizers") or []):
-            self._add_finalizer(replica)
-            return None  # the update brings us back
+            replica = self._add_finalizer(key, replica)  # and the pass goes on with it
         obs = self._observe(key, replica)
         plan = instances.plan(obs)
         # An Instance rebuilt too often waits first: its gates (its Slice) are not asked.
@@ -285,11 +301,12 @@ class InferenceReplicaReconciler:
             return Result(requeue_after=plan.requeue_after)
         return None
 
-    def _add_finalizer(self, replica: JSON) -> None:
+    def _add_finalizer(self, key: str, replica: JSON) -> JSON:
         """The teardown finalizer, on a replica that lacks it; the patch carries the version
-        it read, so it never lands on a newer one."""
+        it read, so it never lands on a newer one. The replica as the patch stored it, which
+        the pass goes on with (its coming back on the watch is no news)."""
         meta = replica["metadata"]
-        self.client.patch(
+        stored: JSON = self.client.patch(
             INFERENCE_REPLICAS,
             meta["name"],
             {
@@ -300,6 +317,8 @@ class InferenceReplicaReconciler:
             },
             meta["namespace"],
         )
+        self._written.wrote(key, meta["resourceVersion"], stored, _version(stored))
+        return stored
 
     def _gate(self, replica: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
         """Ask every gate about the Instances about to get pods; the first hold wins."""
@@ -432,7 +451,9 @@ class InferenceReplicaReconciler:
                 log.debug("%s/%s is gone: status not written", meta["namespace"], meta["name"])
                 return  # deleted a moment ago: nothing to write to
             raise
-        self._written.wrote(f"{meta['namespace']}/{meta['name']}", meta["resourceVersion"], stored)
+        self._written.wrote(
+            f"{meta['namespace']}/{meta['name']}", meta["resourceVersion"], stored, _version(stored)
+        )
 
     # -- teardown ------------------------------------------------------------------------
 
@@ -529,7 +550,7 @@ class InferenceReplicaReconciler:
             return None
         # A pass before the cache shows the replica gone reads it without our finalizer,
         # and leaves it alone, instead of patching again.
-        self._written.wrote(key, meta["resourceVersion"], stored)
+        self._written.wrote(key, meta["resourceVersion"], stored, _version(stored))
         return None
 
 
