@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ome.api.v1beta1 import FINALIZER_IR_TEARDOWN, INFERENCE_REPLICAS
-from ome.controllers.inferencereplica.controller import Hooks, InferenceReplicaReconciler
+from ome.controllers.inferencereplica.controller import InferenceReplicaReconciler
 from ome.controllers.inferenceservice.controller import InferenceServiceReconciler
 from ome.kube import Resource
 from ome.runtime.controller import Controller
@@ -175,37 +175,3 @@ def test_a_service_is_not_woken_by_its_own_status_coming_back_and_is_by_anyone_e
     theirs["metadata"]["resourceVersion"] = "200"
     services.updated(ours, theirs)
     assert queued(controller) == [key]
-
-
-def test_a_write_that_changes_what_a_gate_reads_of_the_replica_wakes_the_next_pass() -> None:
-    """A gate answers from the replica's recorded status (the Slices it wants, from its
-    rows): the pass that records a new row moves the gate's answer on only at the next pass,
-    so that write coming back is news to the replica, and it alone."""
-    api = Api()
-    first = api.create(INFERENCE_REPLICAS, lag.replica("img:1"), lag.NS)
-    replicas, pods = Watched(api, INFERENCE_REPLICAS.plural), Watched(api, "pods")
-
-    def rows(obj: JSON) -> list[int]:
-        return [r["index"] for r in (obj.get("status") or {}).get("instanceStatuses") or []]
-
-    reconciler = InferenceReplicaReconciler(
-        api,  # type: ignore[arg-type]
-        replicas,  # type: ignore[arg-type]
-        pods,  # type: ignore[arg-type]
-        lag.Recorder(),  # type: ignore[arg-type]
-        hooks=Hooks(gate_reads=[lambda old, new: rows(old) != rows(new)]),
-        clock=lambda: datetime(2026, 12, 7, 12, 0, tzinfo=UTC),
-    )
-    controller = reconciler.controller()
-    reconciler.reconcile(lag.KEY)
-    [status] = api.stored[lag.KEY][1:]
-    assert rows(status) == [0]
-    replicas.updated(first, status)
-    assert queued(controller) == [lag.KEY]
-    lag.kubelet(api)
-    lag.kubelet(api)  # the pod runs, and turns Ready: a new phase, the same rows
-    reconciler.reconcile(lag.KEY)
-    [again] = api.stored[lag.KEY][2:]
-    assert rows(again) == [0] and lag.row(api)["phase"] == "Ready"
-    replicas.updated(status, again)
-    assert queued(controller) == []

@@ -124,9 +124,7 @@ def setup_controllers(
             pod_expectations,
         )
         hooks = Hooks(
-            gates=[*hooks.gates, slices.slice_gate],
-            teardown=[*hooks.teardown, slices.teardown],
-            gate_reads=[*hooks.gate_reads, slices.wanted_news],
+            gates=[*hooks.gates, slices.slice_gate], teardown=[*hooks.teardown, slices.teardown]
         )
         informer = slices.slices
         # Each scrape reads every Slice and replica: from the caches themselves (peek_list),

@@ -33,7 +33,7 @@ from ome.controllers.holds import Gated, GateFunc, Hold
 from ome.durations import parse_go_duration
 from ome.kube import JSON, json_copy, parse_time
 from ome.runtime.client import Client, api_error, describe_error, namespace_terminating
-from ome.runtime.controller import Changed, Controller, Result, gone_high
+from ome.runtime.controller import Controller, Result, gone_high
 from ome.runtime.events import EventRecorder
 from ome.runtime.expectations import Expectations, LatestWrites
 from ome.runtime.informer import Informer
@@ -155,15 +155,10 @@ class Hooks:
     - ``gates``: asked once per pass with every Instance about to get pods; they may act
       (e.g. provision capacity) and say which Instances must wait.
     - ``teardown``: asked while a deleted replica is torn down; None when done.
-    - ``gate_reads``: for a gate that answers from the replica's recorded status (the
-      capacity its recorded rows want), whether an update changed what it reads there. The
-      pass's own status write coming back is no news to the pass, save when it changed that:
-      the gate moves on from it at the next pass.
     """
 
     gates: list[GateFunc] = field(default_factory=list)
     teardown: list[TeardownHook] = field(default_factory=list)
-    gate_reads: list[Changed] = field(default_factory=list)
 
 
 class InferenceReplicaReconciler:
@@ -198,17 +193,11 @@ class InferenceReplicaReconciler:
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferencereplica", self.reconcile, workers=workers)
-        c.watch(self.replicas, changed=self._news)
+        # Our own writes coming back are no news: the pass that wrote each planned from all it
+        # then knew (a gate that waits for a write to land asks for the next pass itself).
+        c.watch(self.replicas, changed=self._written.news)
         c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)  # a loss goes first
         return c
-
-    def _news(self, old: JSON, new: JSON) -> bool:
-        """Whether a replica's update wakes its pass: anyone else's write, and of our own
-        writes coming back (the pass that wrote each planned from all it then knew) only
-        those that changed what a gate reads of the recorded status."""
-        return self._written.news(old, new) or any(
-            reads(old, new) for reads in self.hooks.gate_reads
-        )
 
     # -- reconcile -----------------------------------------------------------------------
 

@@ -468,18 +468,12 @@ class SliceReconcilers:
         from in its rows (``g3_reads``: index, Deleting, an operation and its surge index,
         active ordinal). The InferenceReplica pass rewording a row (held, pods created, Ready)
         or moving its operation on is not: they never read it."""
+        was, now = self.replica_view(old), self.replica_view(new)
         return (
             _without_version(old) != _without_version(new)
             or old.get("spec") != new.get("spec")
-            or self.wanted_news(old, new)
+            or list(map(g3_reads, was.rows)) != list(map(g3_reads, now.rows))
         )
-
-    def wanted_news(self, old: JSON, new: JSON) -> bool:
-        """Whether a replica's update changed what G3 wants Slices from in its recorded rows
-        (``g3_reads``), which the gate and release read: the InferenceReplica pass that
-        records a new operation or ordinal has its gate create the Slice at the next pass."""
-        was, now = self.replica_view(old), self.replica_view(new)
-        return list(map(g3_reads, was.rows)) != list(map(g3_reads, now.rows))
 
     def pod_news(self, old: JSON, new: JSON) -> bool:
         """Whether an OME pod's update is news to release and loss: what they read of it
