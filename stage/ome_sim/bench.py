@@ -42,9 +42,8 @@ a DIR this environment would not load the manager from is an error (exit 2) as w
 it runs each burst, and the cold start, just before this run's manager, and the goals that
 also hold as a ratio (CPU per service, the cold start's first pass, all Ready) are met by
 either their limit or their ratio to it; the summary sets the two managers side by side
-(``against_table``). A pair a goal takes a ratio from runs again, at most twice, when the API
-server spent more than 1.2 times as much CPU per request for one manager as for the other
-(``same_speed``): it met two stage speeds, and would compare the minutes, not the managers.
+(``against_table``). A pair a goal takes a ratio from runs three times, which manager first
+alternating, and the goals take its median run (``median_run``).
 """
 
 from __future__ import annotations
@@ -1127,18 +1126,14 @@ def populate_cold(stage: Stage, namespace: str, services: int) -> JSON:
     }
 
 
-#: A pair of bursts (``--against``) compares two managers only if the stage ran at one
-#: speed for both: the API server's CPU per request within this factor of each other. On two
-#: cores a minute can run 1.4 times slower than the next; a run of a pair that met two
-#: speeds does not count, and the pair runs again, at most ``PAIR_RERUNS`` times more than
-#: ``PAIR_RUNS``. Known to err against this tree's manager: main's requests cost the server
-#: about 1.15 times this tree's in the same minute, so the runs kept are mostly those where
-#: this tree's burst met the slower minute (docs/performance.md, 2026-12-07, evening).
-PAIR_SPEED = 1.2
-PAIR_RERUNS = 2
-#: The runs that count of each pair a goal takes a ratio from, alternating which manager goes
-#: first; the goals take the run whose all Ready ratio is the median. One pair's ratio of all
-#: Ready at 500 moved between 0.82x and 1.07x from one pair to the next on one stage.
+#: The runs of each pair a goal takes a ratio from, alternating which manager goes first; the
+#: goals take the run whose all Ready ratio is the median. One pair's ratio of all Ready at
+#: 500 moved between 0.82x and 1.07x from one pair to the next on one stage. Every run counts:
+#: the API server's CPU per request, which a rule once compared to leave out runs at two
+#: stage speeds, is no measure of the speed alone (main's requests cost the server about 1.15
+#: times this tree's in the same minute, so the rule kept mostly the runs where this tree met
+#: the slower minute: docs/performance.md, 2026-12-07); a run at an odd minute cannot move the
+#: median of three alone.
 PAIR_RUNS = 3
 
 
@@ -1165,26 +1160,11 @@ def ready_ratio(run: JSON) -> float:
     return float(this_s / that_s) if that_s > 0 else math.inf
 
 
-def counts(run: JSON) -> bool:
-    """Whether a pair run (``_pair_run``) counts: its two bursts met one stage speed."""
-    return same_speed(*run["server_cpu_ms_per_request"])
-
-
 def median_run(runs: list[JSON]) -> int:
-    """The index of the run the goals take: of the runs that met one stage speed (all of
-    them when none did), the one whose all Ready ratio is the median; of two, the higher
-    (the median never flatters this manager)."""
-    counted = [i for i, r in enumerate(runs) if counts(r)]
-    candidates = sorted(counted or range(len(runs)), key=lambda i: (ready_ratio(runs[i]), i))
-    return candidates[len(candidates) // 2]
-
-
-def same_speed(that_ms: float, this_ms: float) -> bool:
-    """Whether a pair's two bursts met one stage speed (``PAIR_SPEED``), whichever of the
-    two managers the faster minute would have favoured."""
-    if that_ms <= 0 or this_ms <= 0:
-        return True  # nothing served: nothing to tell the speeds apart by
-    return 1 / PAIR_SPEED <= this_ms / that_ms <= PAIR_SPEED
+    """The index of the run the goals take: the one whose all Ready ratio is the median; of
+    two, the higher (the median never flatters this manager)."""
+    ranked = sorted(range(len(runs)), key=lambda i: (ready_ratio(runs[i]), i))
+    return ranked[len(ranked) // 2]
 
 
 def use_manager(stage: Stage, root: Path | None, fresh: bool = False) -> None:
@@ -1605,22 +1585,12 @@ def against_table(result: JSON) -> list[str]:
                 "alternating; the figures above are its run "
                 f"{kept + 1}, the median of all Ready ({_ready_ratios(runs)})"
             )
-        that_ms, this_ms = runs[kept]["server_cpu_ms_per_request"]
-        if not same_speed(that_ms, this_ms):
-            lines.append(
-                f"the pair of {n} services met two stage speeds in each of its {len(runs)} runs "
-                f"(API server CPU per request {that_ms:.2f} ms for that manager, {this_ms:.2f} "
-                "for this one in the run kept): its ratios compare the hours as much as the "
-                "managers"
-            )
     return [*lines, ""]
 
 
 def _ready_ratios(runs: list[JSON]) -> str:
-    """``0.82x, 1.07x (two speeds: not counted), 0.93x``: each run's all Ready ratio."""
-    return ", ".join(
-        f"{ready_ratio(r):.2f}x" + ("" if counts(r) else " (two speeds: not counted)") for r in runs
-    )
+    """``0.82x, 1.07x, 0.93x``: each run's all Ready ratio."""
+    return ", ".join(f"{ready_ratio(r):.2f}x" for r in runs)
 
 
 # -- comparing with another run --------------------------------------------------------------
@@ -1862,15 +1832,14 @@ def run(
             return b
 
         def pair_runs(n: int) -> None:
-            """A judged pair: ``PAIR_RUNS`` runs that met one stage speed, which manager
-            first alternating, the other one first in the first run (a run at two speeds
-            does not count: at most ``PAIR_RERUNS`` more); every run kept in the report, and
-            the bursts of the median run (``median_run``) are the burst's figures."""
+            """A judged pair: ``PAIR_RUNS`` runs, which manager first alternating, the other
+            one first in the first run; every run kept in the report, and the bursts of the
+            median run (``median_run``) are the burst's figures."""
             assert against_root is not None
             runs: list[JSON] = []
             bursts: list[tuple[Burst, Burst]] = []
-            while sum(map(counts, runs)) < PAIR_RUNS and len(runs) < PAIR_RUNS + PAIR_RERUNS:
-                this_first = len(runs) % 2 == 1
+            for i in range(PAIR_RUNS):
+                this_first = i % 2 == 1
                 if this_first:
                     b = one_burst(n, other=False)
                     other = one_burst(n, other=True)
@@ -1880,18 +1849,10 @@ def run(
                 run_ = {**_pair_run(other, b), "first": "this" if this_first else "that"}
                 runs.append(run_)
                 bursts.append((other, b))
-                speeds = run_["server_cpu_ms_per_request"]
-                if counts(run_):
-                    say(
-                        f"  {n}: run {len(runs)} of the pair, all Ready {ready_ratio(run_):.2f}x "
-                        "the other manager's"
-                    )
-                else:
-                    say(
-                        f"  {n}: the API server spent {speeds[1]:.2f} ms of CPU per request for "
-                        f"this manager and {speeds[0]:.2f} for the other: two stage speeds, not "
-                        "two managers; the run does not count"
-                    )
+                say(
+                    f"  {n}: run {len(runs)} of the pair, all Ready {ready_ratio(run_):.2f}x "
+                    "the other manager's"
+                )
             kept = median_run(runs)
             result["against"].setdefault("pairs", {})[str(n)] = {"runs": runs, "kept": kept}
             other, b = bursts[kept]

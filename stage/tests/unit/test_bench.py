@@ -848,80 +848,49 @@ def test_a_judged_pair_runs_three_times_and_its_figures_are_the_median_run(
     )
 
 
-def test_the_median_run_is_of_the_runs_at_one_speed_and_of_two_the_higher() -> None:
+def test_the_median_run_is_the_median_of_all_runs_and_of_two_the_higher() -> None:
     def run_(ratio: float, this_ms: float = 1.0) -> dict[str, Any]:
         return {"all_ready_s": [10.0, 10.0 * ratio], "server_cpu_ms_per_request": [1.0, this_ms]}
 
     assert bench.median_run([run_(1.0)]) == 0
     assert bench.median_run([run_(1.1), run_(0.9)]) == 0  # of two, the higher: never flattering
-    assert bench.median_run([run_(0.5, 1.5), run_(1.1), run_(0.9), run_(1.0)]) == 3
-    # none at one speed: the median of them all
-    assert bench.median_run([run_(0.5, 1.5), run_(1.1, 1.5), run_(0.9, 1.5)]) == 2
+    assert bench.median_run([run_(0.5, 1.5), run_(1.1), run_(0.9)]) == 2
+    assert bench.median_run([run_(1.1, 1.5), run_(0.5), run_(0.9, 0.7)]) == 2
 
 
-def test_a_run_of_a_pair_that_met_two_stage_speeds_does_not_count(
-    tmp_path: Path, monkeypatch: Any, capsys: Any
+def test_every_run_of_a_pair_counts_whatever_the_server_spent_per_request(
+    tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """A run whose API server spent more than ``PAIR_SPEED`` times as much CPU per request
-    for one manager as for the other compares two machines, not two managers, whichever
-    manager the faster minute favoured: it does not count, and the pair runs again, at most
-    ``PAIR_RERUNS`` times beyond ``PAIR_RUNS``. The report keeps every run."""
+    """The API server's CPU per request is no measure of the stage's speed alone: in one
+    minute main's requests cost it about 1.15 times this tree's, so a rule that left out a run
+    whose two bursts differed kept mostly the runs where this tree met the slower minute.
+    Every run counts: ``PAIR_RUNS`` runs, alternating which manager goes first, and the
+    median of them (which a run at an odd minute cannot move alone)."""
     other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
     other, this = (other_tree / "pkg").resolve(), (this_tree / "pkg").resolve()
     ran: list[tuple[str, Any]] = []
     speeds = {
-        "bench-1-against": [1.0], "bench-1": [2.0],  # not judged: no second run
-        # runs 1 (that first) and 2 (this first) at two speeds, then three at one
-        "bench-20-against": [1.0, 1.4, 1.0, 1.0, 1.0],
-        "bench-20": [1.3, 1.0, 1.1, 1.0, 1.05, 1.0],
+        "bench-1-against": [1.0], "bench-1": [2.0],
+        "bench-20-against": [1.0, 1.5, 1.0],
+        "bench-20": [1.5, 1.0, 1.1, 1.0],
     }  # fmt: skip
-    _fake_run(monkeypatch, ran, [[0.001]] * 14, speeds)
+    ready = {"bench-20-against": [10.0, 10.0, 10.0], "bench-20": [9.0, 12.0, 8.0, 7.0]}
+    _fake_run(monkeypatch, ran, [[0.001]] * 10, speeds, ready)
     out = tmp_path / "out"
     assert bench.run(True, out, (1, 20), manager_tree=this_tree, against_tree=other_tree) == 0
     pairs = [step for step in ran if step[0].startswith("bench-20")]
     assert pairs == [
-        ("bench-20-against", other), ("bench-20", this),  # 1.3x: does not count
-        ("bench-20", this), ("bench-20-against", other),  # 1/1.4x: does not count
-        ("bench-20-against", other), ("bench-20", this),  # 1.1x: one
-        ("bench-20", this), ("bench-20-against", other),  # two
-        ("bench-20-against", other), ("bench-20", this),  # three
+        ("bench-20-against", other), ("bench-20", this),
+        ("bench-20", this), ("bench-20-against", other),
+        ("bench-20-against", other), ("bench-20", this),
         ("bench-20", this),  # the same names again
     ]  # fmt: skip
     report = json.loads(next(out.glob("*.json")).read_text())
-    runs = report["against"]["pairs"]["20"]["runs"]
-    assert [r["server_cpu_ms_per_request"] for r in runs] == [
-        [1.0, 1.3], [1.4, 1.0], [1.0, 1.1], [1.0, 1.0], [1.0, 1.05]
+    pair = report["against"]["pairs"]["20"]
+    assert [r["server_cpu_ms_per_request"] for r in pair["runs"]] == [
+        [1.0, 1.5], [1.5, 1.0], [1.0, 1.1]
     ]  # fmt: skip
-    assert report["against"]["pairs"]["20"]["kept"] in (2, 3, 4)
-    assert list(report["against"]["pairs"]) == ["20"]
-    err = capsys.readouterr().err
-    assert (
-        "  20: the API server spent 1.30 ms of CPU per request for this manager and 1.00 for "
-        "the other: two stage speeds, not two managers; the run does not count" in err
-    )
-    assert "  20: run 3 of the pair, all Ready 1.00x the other manager's" in err
-    assert "(1.00x (two speeds: not counted), 1.00x (two speeds: not counted), 1.00x, " in (
-        bench.summary(report)
-    )
-
-
-def test_a_pair_that_never_met_one_stage_speed_is_kept_and_said(
-    tmp_path: Path, monkeypatch: Any
-) -> None:
-    """After ``PAIR_RUNS + PAIR_RERUNS`` runs none of which met one speed, the median of them
-    all is kept, and the summary says the pair's stage speeds still differed, beside the
-    ratios taken from it."""
-    other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
-    speeds = {"bench-20-against": [1.0] * 5, "bench-20": [1.5] * 5 + [1.0]}
-    _fake_run(monkeypatch, [], [[0.001]] * 14, speeds)
-    out = tmp_path / "out"
-    assert bench.run(True, out, (1, 20), manager_tree=this_tree, against_tree=other_tree) == 0
-    report = json.loads(next(out.glob("*.json")).read_text())
-    runs = report["against"]["pairs"]["20"]["runs"]
-    assert [r["server_cpu_ms_per_request"] for r in runs] == [[1.0, 1.5]] * 5
+    assert pair["kept"] == 0  # 0.9x, between 0.8x and 1.2x
     text = bench.summary(report)
-    assert (
-        "the pair of 20 services met two stage speeds in each of its 5 runs (API server CPU "
-        "per request 1.00 ms for that manager, 1.50 for this one in the run kept): its ratios "
-        "compare the hours as much as the managers" in text
-    )
+    assert "the median of all Ready (0.90x, 1.20x, 0.80x)" in text
+    assert "not counted" not in text and "two stage speeds" not in text
