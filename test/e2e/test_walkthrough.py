@@ -500,9 +500,6 @@ UNEXERCISED = {
             "subjectaccessreviews.authorization.k8s.io",
         )
     },
-    ("events", "patch"): "an Event repeated (its count raised); the walkthrough repeats none: "
-    "a denied replica write is one Warning, tried again on the next change "
-    "(test/integration/test_events.py patches repeats)",
     **{
         ("leases.coordination.k8s.io", verb): "leader election: ome-sim run starts one manager "
         "without --leader-elect (the Deployment has it; test/integration/test_leader.py)"

@@ -1,6 +1,6 @@
 """What a controller wrote that its cache does not show yet (``ome.runtime.expectations``):
 creates and deletes in flight per owner key, met by what the cache shows, expiring after a ttl,
-the read-your-own-write of an object's last update, and its coming back on the watch. Every invariant of the docstrings, with
+and the read-your-own-write of an object's last update. Every invariant of the docstrings, with
 an injected clock; the test-and-set under many threads at once."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -488,61 +487,3 @@ def test_forget_drops_a_write(writes: LatestWrites[dict[str, str]]) -> None:
 
 def test_the_default_write_ttl_is_a_minute() -> None:
     assert LatestWrites[str]().ttl == 60.0
-
-
-# -- our own writes coming back ----------------------------------------------------------------
-
-
-def update(name: str, version: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A watch update of ``ns/name`` to ``version`` (the old object at the version before)."""
-    old = {"metadata": {"namespace": "ns", "name": name, "resourceVersion": "6"}}
-    return old, {"metadata": {"namespace": "ns", "name": name, "resourceVersion": version}}
-
-
-def test_an_update_to_the_version_our_write_stored_is_no_news(
-    writes: LatestWrites[dict[str, str]],
-) -> None:
-    """The watch brings back what our write stored: the pass that wrote it knew all of it.
-    Any other version, of this object or another, is news; and each of our versions is
-    taken for ours once (a relist that shows it again wakes the pass)."""
-    writes.wrote("ns/a", "6", STORED, version="7")
-    assert writes.news(*update("a", "8"))  # someone else's write
-    assert writes.news(*update("b", "7"))  # another object at the same number
-    assert not writes.news(*update("a", "7"))
-    assert writes.news(*update("a", "7"))
-
-
-def test_every_one_of_several_writes_coming_back_is_no_news(
-    writes: LatestWrites[dict[str, str]],
-) -> None:
-    """Three writes before the watch shows the first: each comes back, none is news, even
-    after a pass read one of them from the cache (which ends what ``get`` answers)."""
-    for replaced, stored in (("6", "7"), ("7", "8"), ("8", "9")):
-        writes.wrote("ns/a", replaced, {"v": stored}, version=stored)
-    assert writes.get("ns/a", "7") == {"v": "9"}
-    assert not writes.news(*update("a", "7"))
-    assert writes.get("ns/a", "8") == {"v": "9"}
-    assert not writes.news(*update("a", "8"))
-    assert writes.get("ns/a", "9") is None  # caught up
-    assert not writes.news(*update("a", "9"))
-
-
-def test_a_write_forgotten_or_expired_comes_back_as_news(
-    writes: LatestWrites[dict[str, str]], clock: Clock
-) -> None:
-    """After ``forget`` (the object gone) or the ttl, a version is no longer taken for ours:
-    a pass the more, never one the less."""
-    writes.wrote("ns/a", "6", STORED, version="7")
-    writes.forget("ns/a")
-    assert writes.news(*update("a", "7"))
-    writes.wrote("ns/a", "6", STORED, version="7")
-    clock.advance(60.001)
-    assert writes.news(*update("a", "7"))
-
-
-def test_a_write_whose_version_is_not_known_makes_no_update_ours(
-    writes: LatestWrites[dict[str, str]],
-) -> None:
-    writes.wrote("ns/a", "6", STORED)
-    assert writes.news(*update("a", "7"))
-    assert writes.news(*update("a", ""))

@@ -99,14 +99,11 @@ def test_a_multi_pod_surge_index_is_wanted_through_the_rows_surge_index() -> Non
 def test_no_slice_is_created_for_a_slot_the_stored_rows_do_not_want_yet(
     rows: list[JSON], slot: Slot
 ) -> None:
-    """The docstring's rule: release decides from stored rows too, so such a slot waits, and
-    its pass looks again at once: the status write that stores the row wanting it is that
-    pass's own, whose coming back on the watch wakes no pass."""
+    """The docstring's rule: release decides from stored rows too, so such a slot waits."""
     rep = replica(single(), rows)
     creates, holds = provision(rep, {slot.instance: slot}, {}, frozenset())
     assert creates == []
     assert holds == {slot.instance: waiting(n(slot.instance, slot.ordinal))}
-    assert holds[slot.instance].look_again == 0.0
 
 
 def test_an_instance_the_spec_wants_gets_its_slice_before_its_row_is_stored() -> None:
@@ -116,7 +113,6 @@ def test_an_instance_the_spec_wants_gets_its_slice_before_its_row_is_stored() ->
     creates, holds = provision(rep, {0: Slot(0, 0)}, {}, frozenset())
     assert creates == [Create(0, Slot(0, 0), n(0))]
     assert holds == {0: waiting(n(0))}
-    assert holds[0].look_again is None, "the Slice's events wake the pass"
 
 
 def test_a_deleting_replica_creates_no_slice() -> None:

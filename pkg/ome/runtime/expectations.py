@@ -15,10 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ome.kube import JSON
-
-from .informer import object_key
-
 V = TypeVar("V")
 
 #: client-go's ExpectationsTimeout: an expectation a lost watch event never meets stops
@@ -165,16 +161,9 @@ class LatestWrites(Generic[V]):
     than what we stored last (the server took each write on top of it), and a pass that
     planned from the one before last would undo what the last write recorded.
 
-    It also tells our writes coming back on the watch from anyone else's (``news``): an
-    update to a version one of our writes stored brings the pass that wrote it nothing it
-    did not know, as controller-runtime's predicates spare a controller its status updates.
-
     Invariants, under ``_lock``: ``_entries[key] = (versions replaced, stored value, time)``;
     ``get`` answers only while the cache shows one of the replaced versions; a write while
     an entry stands adds to its versions and replaces its value and time.
-    ``_ours[key] = (versions our writes stored and the watch has not brought back, time of
-    the last)``: each is taken for ours once, and none after ``ttl`` or ``forget`` (a pass
-    the more, never one the less).
     """
 
     def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -182,11 +171,8 @@ class LatestWrites(Generic[V]):
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[frozenset[str], V, float]] = {}
-        self._ours: dict[str, tuple[frozenset[str], float]] = {}
 
-    def wrote(self, key: str, replaced: str, stored: V, version: str = "") -> None:
-        """Our write replaced ``replaced`` with ``stored``, at resourceVersion ``version``
-        (when known, the watch's update to it is ours: ``news``)."""
+    def wrote(self, key: str, replaced: str, stored: V) -> None:
         with self._lock:
             entry = self._entries.get(key)
             now = self._clock()
@@ -194,33 +180,6 @@ class LatestWrites(Generic[V]):
             if entry is not None and now - entry[2] <= self.ttl:
                 versions |= entry[0]
             self._entries[key] = (versions, stored, now)
-            if version:
-                ours = self._ours.get(key)
-                kept = ours[0] if ours is not None and now - ours[1] <= self.ttl else frozenset()
-                self._ours[key] = (kept | {version}, now)
-
-    def news(self, old: JSON, new: JSON) -> bool:
-        """An update predicate for the watch of the objects we write: False for the update to
-        a version one of our writes stored (each once), True for any other."""
-        meta = new.get("metadata") or {}
-        version = str(meta.get("resourceVersion") or "")
-        key = object_key(new)
-        with self._lock:
-            ours = self._ours.get(key)
-            if ours is None or not version:
-                return True
-            versions, at = ours
-            if self._clock() - at > self.ttl:
-                del self._ours[key]
-                return True
-            if version not in versions:
-                return True
-            rest = versions - {version}
-            if rest:
-                self._ours[key] = (rest, at)
-            else:
-                del self._ours[key]
-            return False
 
     def get(self, key: str, cached_version: str) -> V | None:
         """What we stored last, if the cache shows ``cached_version``, one our writes replaced."""
@@ -237,4 +196,3 @@ class LatestWrites(Generic[V]):
     def forget(self, key: str) -> None:
         with self._lock:
             self._entries.pop(key, None)
-            self._ours.pop(key, None)

@@ -75,10 +75,6 @@ MAX_TEARDOWN_WAIT = 60.0
 FAILED_TEARDOWN_RETRY = 5.0
 
 
-def _version(stored: JSON) -> str:
-    return str((stored.get("metadata") or {}).get("resourceVersion") or "")
-
-
 def now_utc() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -193,9 +189,7 @@ class InferenceReplicaReconciler:
 
     def controller(self, workers: int = 2) -> Controller:
         c = Controller("inferencereplica", self.reconcile, workers=workers)
-        # Our own writes coming back are no news: the pass that wrote each planned from all it
-        # then knew (a gate that waits for a write to land asks for the next pass itself).
-        c.watch(self.replicas, changed=self._written.news)
+        c.watch(self.replicas)
         c.watch(self.pods, keys=replica_key_of_pod, priority=gone_high)  # a loss goes first
         return c
 
@@ -216,7 +210,8 @@ class InferenceReplicaReconciler:
         if replica["metadata"].get("deletionTimestamp"):
             return self._teardown(replica)
         if FINALIZER_IR_TEARDOWN not in (replica["metadata"].get("finalizers") or []):
-            replica = self._add_finalizer(key, replica)  # and the pass goes on with it
+            self._add_finalizer(replica)
+            return None  # the update brings us back
         obs = self._observe(key, replica)
         plan = instances.plan(obs)
         # An Instance rebuilt too often waits first: its gates (its Slice) are not asked.
@@ -290,12 +285,11 @@ class InferenceReplicaReconciler:
             return Result(requeue_after=plan.requeue_after)
         return None
 
-    def _add_finalizer(self, key: str, replica: JSON) -> JSON:
+    def _add_finalizer(self, replica: JSON) -> None:
         """The teardown finalizer, on a replica that lacks it; the patch carries the version
-        it read, so it never lands on a newer one. The replica as the patch stored it, which
-        the pass goes on with (its coming back on the watch is no news)."""
+        it read, so it never lands on a newer one."""
         meta = replica["metadata"]
-        stored: JSON = self.client.patch(
+        self.client.patch(
             INFERENCE_REPLICAS,
             meta["name"],
             {
@@ -306,8 +300,6 @@ class InferenceReplicaReconciler:
             },
             meta["namespace"],
         )
-        self._written.wrote(key, meta["resourceVersion"], stored, _version(stored))
-        return stored
 
     def _gate(self, replica: JSON, pending: Mapping[int, list[JSON]]) -> Gated:
         """Ask every gate about the Instances about to get pods; the first hold wins."""
@@ -440,9 +432,7 @@ class InferenceReplicaReconciler:
                 log.debug("%s/%s is gone: status not written", meta["namespace"], meta["name"])
                 return  # deleted a moment ago: nothing to write to
             raise
-        self._written.wrote(
-            f"{meta['namespace']}/{meta['name']}", meta["resourceVersion"], stored, _version(stored)
-        )
+        self._written.wrote(f"{meta['namespace']}/{meta['name']}", meta["resourceVersion"], stored)
 
     # -- teardown ------------------------------------------------------------------------
 
@@ -539,7 +529,7 @@ class InferenceReplicaReconciler:
             return None
         # A pass before the cache shows the replica gone reads it without our finalizer,
         # and leaves it alone, instead of patching again.
-        self._written.wrote(key, meta["resourceVersion"], stored, _version(stored))
+        self._written.wrote(key, meta["resourceVersion"], stored)
         return None
 
 

@@ -76,7 +76,7 @@ class InferenceServiceReconciler:
         c = self._controller = Controller(
             "inferenceservice", self.reconcile, workers=workers, look=self.look
         )
-        c.watch(self.services, changed=self._written.news)  # its status coming back: none
+        c.watch(self.services)
         c.watch(self.replicas, keys=_owner_keys, changed=self.replica_changed)
         # A runtime or model appearing or changing can unblock any service that names it.
         everything = lambda _obj: [  # noqa: E731
@@ -267,10 +267,7 @@ class InferenceServiceReconciler:
                 INFERENCE_SERVICES, body, meta["namespace"], subresource="status"
             )
             self._written.wrote(
-                f"{meta['namespace']}/{meta['name']}",
-                str(meta.get("resourceVersion", "")),
-                stored,
-                str((stored.get("metadata") or {}).get("resourceVersion") or ""),
+                f"{meta['namespace']}/{meta['name']}", str(meta.get("resourceVersion", "")), stored
             )
         except ApiException as e:
             if e.status == 404:

@@ -4,11 +4,8 @@ pods whose slot has no Slice gets one, and waits for partition assignment meanwh
 Owns which Slices to create. It must never create a Slice for a slot that the replica's
 *stored* Instance rows do not want (G3): release decides from stored rows too, so a Slice
 created before the row that wants it is stored could be released as unwanted. Such a slot
-waits one pass, until the status write that wants it lands: that write is the holding pass's
-own (its plan records the operation that wants the slot), whose coming back on the watch
-wakes no pass, so the hold asks the pass to look again at once (``look_again`` 0: the next
-pass reads what the write stored). It never modifies or adopts an existing Slice, and never
-does I/O.
+waits one pass, until the status write that wants it lands. It never modifies or adopts an
+existing Slice, and never does I/O.
 """
 
 from __future__ import annotations
@@ -50,13 +47,9 @@ def provision(
         name = replica.slice_name(slot)
         if name in slices:
             continue
-        recorded = slot in wanted
         holds[index] = Hold(
-            messages.CAPACITY,
-            messages.waiting_for_partitions(name),
-            routine=messages.on_its_way,
-            look_again=None if recorded else 0.0,
+            messages.CAPACITY, messages.waiting_for_partitions(name), routine=messages.on_its_way
         )
-        if name not in creating and recorded:
+        if name not in creating and slot in wanted:
             creates.append(Create(index, slot, name))
     return creates, holds
