@@ -1142,8 +1142,8 @@ def _server_ms(b: Burst) -> float:
 
 
 def _pair_run(that: Burst, this: Burst) -> JSON:
-    """One run of a pair, as the report keeps it (a run that ran again is kept too, for
-    whoever wants to see what it measured): each figure that manager's, then this one's."""
+    """One run of a pair, as the report keeps it (every run, not only the one the goals
+    take): each figure that manager's, then this one's."""
     return {
         "server_cpu_ms_per_request": [_server_ms(that), _server_ms(this)],
         "all_ready_s": [that.create_s, this.create_s],
