@@ -864,33 +864,19 @@ def test_every_run_of_a_pair_counts_whatever_the_server_spent_per_request(
     """The API server's CPU per request is no measure of the stage's speed alone: in one
     minute main's requests cost it about 1.15 times this tree's, so a rule that left out a run
     whose two bursts differed kept mostly the runs where this tree met the slower minute.
-    Every run counts: ``PAIR_RUNS`` runs, alternating which manager goes first, and the
-    median of them (which a run at an odd minute cannot move alone)."""
+    Bursts whose server cost 1.5 times as much per request still make up the pair's
+    ``PAIR_RUNS`` runs, none run again, and the goals take their median. (The order of the
+    runs and the summary's line are the other tests'.)"""
     other_tree, this_tree = _checkout(tmp_path / "main"), _checkout(tmp_path / "this")
-    other, this = (other_tree / "pkg").resolve(), (this_tree / "pkg").resolve()
-    ran: list[tuple[str, Any]] = []
-    speeds = {
-        "bench-1-against": [1.0], "bench-1": [2.0],
-        "bench-20-against": [1.0, 1.5, 1.0],
-        "bench-20": [1.5, 1.0, 1.1, 1.0],
-    }  # fmt: skip
+    speeds = {"bench-20-against": [1.0, 1.5, 1.0], "bench-20": [1.5, 1.0, 1.1, 1.0]}
     ready = {"bench-20-against": [10.0, 10.0, 10.0], "bench-20": [9.0, 12.0, 8.0, 7.0]}
-    _fake_run(monkeypatch, ran, [[0.001]] * 10, speeds, ready)
+    _fake_run(monkeypatch, [], [[0.001]] * 10, speeds, ready)
     out = tmp_path / "out"
     assert bench.run(True, out, (1, 20), manager_tree=this_tree, against_tree=other_tree) == 0
-    pairs = [step for step in ran if step[0].startswith("bench-20")]
-    assert pairs == [
-        ("bench-20-against", other), ("bench-20", this),
-        ("bench-20", this), ("bench-20-against", other),
-        ("bench-20-against", other), ("bench-20", this),
-        ("bench-20", this),  # the same names again
-    ]  # fmt: skip
     report = json.loads(next(out.glob("*.json")).read_text())
     pair = report["against"]["pairs"]["20"]
     assert [r["server_cpu_ms_per_request"] for r in pair["runs"]] == [
         [1.0, 1.5], [1.5, 1.0], [1.0, 1.1]
     ]  # fmt: skip
     assert pair["kept"] == 0  # 0.9x, between 0.8x and 1.2x
-    text = bench.summary(report)
-    assert "the median of all Ready (0.90x, 1.20x, 0.80x)" in text
-    assert "not counted" not in text and "two stage speeds" not in text
+    assert report["bursts"]["20"]["create_s"] == 9.0
